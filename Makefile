@@ -1,0 +1,35 @@
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint typecheck pytest demo bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,yaml,prometheus]'
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check apf_limiter tests benchmarks examples
+	$(BIN)/ruff format --check apf_limiter tests benchmarks examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict apf_limiter tests
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	$(BIN)/apf-limiter show
+
+bench: $(STAMP)
+	$(BIN)/pytest benchmarks -q --benchmark-only
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The sans-IO core: no asyncio, no clock reads, no logging, no I/O."""
