@@ -1,0 +1,192 @@
+"""The ``apf-limiter`` command: check configuration files and show what they amount to.
+
+Subcommands:
+
+* ``apf-limiter validate FILE...`` loads each file, prints every problem as
+  ``FILE: <path>: <message>`` (or ``FILE: OK (...)``) and a summary; exits 1 if any file has a
+  problem.
+* ``apf-limiter show [FILE] [--server-concurrency-limit N]`` prints the concurrency plan of a
+  file (or of the built-in default configuration) as text tables.
+
+Exit status: 0 on success, 1 when a configuration is invalid, 2 on a usage error. Each
+subcommand is a ``_Command`` in :data:`_COMMANDS`; adding one there adds it to the parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from apf_limiter._version import __version__
+
+if TYPE_CHECKING:
+    from apf_limiter.config.model import Configuration
+    from apf_limiter.errors import ConfigProblem
+
+__all__ = ["main", "build_parser"]
+
+PROG = "apf-limiter"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _problem_line(file: str, problem: ConfigProblem) -> str:
+    # Problems about the file itself (unreadable, unparsable) carry the file name as their path.
+    if problem.path in ("", file):
+        return f"{file}: {problem.message}"
+    return f"{file}: {problem}"
+
+
+def _load(file: str | None) -> Configuration:
+    """Load ``file``, or the built-in default configuration when ``file`` is None."""
+    if file is None:
+        from apf_limiter.config.defaults import default_configuration
+
+        return default_configuration()
+    from apf_limiter.config.loader import load_config
+
+    return load_config(file)
+
+
+def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from apf_limiter.errors import ConfigError
+
+    files: list[str] = args.files
+    invalid = problems = 0
+    for file in files:
+        try:
+            config = _load(file)
+        except ConfigError as error:
+            invalid += 1
+            problems += len(error.problems)
+            for problem in error.problems:
+                print(_problem_line(file, problem), file=out)
+            continue
+        levels = _plural(len(config.priority_levels), "priority level")
+        schemas = _plural(len(config.flow_schemas), "flow schema")
+        print(f"{file}: OK ({levels}, {schemas})", file=out)
+    checked = _plural(len(files), "file")
+    if invalid:
+        print(
+            f"{checked} checked: {len(files) - invalid} valid, {invalid} invalid "
+            f"({_plural(problems, 'problem')})",
+            file=out,
+        )
+        return 1
+    print(f"{checked} checked: all valid", file=out)
+    return 0
+
+
+def _show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from apf_limiter.engine.concurrency import plan_configuration
+    from apf_limiter.errors import ConfigError
+    from apf_limiter.plan_render import render_plan
+
+    file: str | None = args.file
+    try:
+        config = _load(file)
+    except ConfigError as error:
+        for problem in error.problems:
+            print(_problem_line(str(file), problem), file=err)
+        print(f"{file}: invalid configuration, nothing to show", file=err)
+        return 1
+    plan = plan_configuration(config, args.server_concurrency_limit)
+    source = file if file is not None else "built-in default configuration"
+    out.write(render_plan(config, plan, source=source))
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _add_validate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "validate",
+        help="check configuration files and print every problem",
+        description="Load each configuration file (YAML or JSON, our shape or Kubernetes "
+        "manifests) and print every problem, one per line, prefixed by the file name. "
+        "Exits 1 if any file has a problem.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE", help="a .yaml, .yml or .json file")
+
+
+def _add_show(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "show",
+        help="print the concurrency plan and flow schemas of a configuration",
+        description="Print the limits of every priority level (nominal, lendable, lower and "
+        "upper limits, maxSeats, queues) and the flow schemas in matching order. Without "
+        "FILE, shows the built-in default configuration.",
+    )
+    parser.add_argument("file", nargs="?", metavar="FILE", help="a .yaml, .yml or .json file")
+    parser.add_argument(
+        "--server-concurrency-limit",
+        "-c",
+        type=_positive_int,
+        metavar="N",
+        help="plan for N seats instead of the configuration's serverConcurrencyLimit",
+    )
+
+
+@dataclass(frozen=True)
+class _Command:
+    name: str
+    add_arguments: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
+    run: Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+
+_COMMANDS: tuple[_Command, ...] = (
+    _Command("validate", _add_validate, _validate),
+    _Command("show", _add_show, _show),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``apf-limiter`` command."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Kubernetes API Priority and Fairness for Python: configuration tools.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in _COMMANDS:
+        command.add_arguments(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``apf-limiter`` command.
+
+    Args:
+        argv: The arguments after the program name; ``None`` reads ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 on success, 1 for an invalid configuration, 2 for a usage error.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        # argparse exits on --help, --version and usage errors; report its status instead.
+        return exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    command = next(c for c in _COMMANDS if c.name == args.command)
+    return command.run(args, sys.stdout, sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

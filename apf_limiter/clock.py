@@ -1,0 +1,155 @@
+"""The one seam where real time enters: reading the time, timers, and waiting.
+
+The engine never reads a clock; the :class:`~apf_limiter.Limiter` asks its clock. The real
+clock uses :func:`time.monotonic` and the running event loop (asyncio or trio);
+:class:`apf_limiter.testing.FakeClock` implements the same protocol in fake time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+__all__ = ["Clock", "Timer", "Waiter", "RealClock", "new_waiter"]
+
+
+class Timer(Protocol):
+    """A scheduled callback that can be cancelled."""
+
+    def cancel(self) -> None:
+        """Stop the callback from running (no effect if it already ran)."""
+
+
+class Clock(Protocol):
+    """The time source of a :class:`~apf_limiter.Limiter`."""
+
+    def now(self) -> float:
+        """Return the current time in seconds (monotonic)."""
+
+    def call_later(self, delay: float, callback: Callable[..., None], *args: Any) -> Timer:
+        """Run ``callback(*args)`` (synchronously, in the event loop) after ``delay`` seconds."""
+
+
+class Waiter(Protocol):
+    """A one-shot wake-up signal for a waiting task."""
+
+    def set(self) -> None:
+        """Wake the waiting task (idempotent)."""
+
+    def wait(self) -> Awaitable[Any]:
+        """Return an awaitable that completes once :meth:`set` is called."""
+
+
+class _AsyncioWaiter:
+    __slots__ = ("_future",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._future: asyncio.Future[None] = loop.create_future()
+
+    def set(self) -> None:
+        if not self._future.done():
+            self._future.set_result(None)
+
+    def wait(self) -> Awaitable[None]:
+        # The future itself: no coroutine frame per waiting request.
+        return self._future
+
+
+class _TrioWaiter:
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        import trio
+
+        self._event = trio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self) -> Awaitable[None]:
+        return self._event.wait()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _in_trio() -> bool:
+    trio: Any = sys.modules.get("trio")
+    if trio is None:
+        return False
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+def new_waiter() -> Waiter:
+    """Create a waiter for the running backend (asyncio or trio).
+
+    Raises:
+        RuntimeError: If no supported event loop is running.
+    """
+    loop = _running_loop()
+    if loop is not None:
+        return _AsyncioWaiter(loop)
+    if _in_trio():
+        return _TrioWaiter()
+    raise RuntimeError("apf_limiter needs a running asyncio or trio event loop")
+
+
+class _TrioTimer:
+    __slots__ = ("_scope",)
+
+    def __init__(self, delay: float, callback: Callable[..., None], args: tuple[Any, ...]) -> None:
+        import trio
+
+        self._scope = trio.CancelScope()
+        scope = self._scope
+
+        async def run() -> None:
+            with scope:
+                await trio.sleep(delay)
+                callback(*args)
+
+        trio.lowlevel.spawn_system_task(run)
+
+    def cancel(self) -> None:
+        self._scope.cancel()
+
+
+class RealClock:
+    """The real clock: :func:`time.monotonic` and the running event loop's timers.
+
+    On asyncio, timers are ``loop.call_later`` handles (the loop's clock is
+    :func:`time.monotonic`); on trio they are small system tasks.
+    """
+
+    __slots__ = ()
+
+    def now(self) -> float:
+        """Return :func:`time.monotonic`."""
+        return time.monotonic()
+
+    def call_later(self, delay: float, callback: Callable[..., None], *args: Any) -> Timer:
+        """Schedule ``callback(*args)`` after ``delay`` seconds on the running event loop.
+
+        Raises:
+            RuntimeError: If no supported event loop is running.
+        """
+        loop = _running_loop()
+        if loop is not None:
+            return loop.call_later(max(0.0, delay), callback, *args)
+        if _in_trio():
+            return _TrioTimer(max(0.0, delay), callback, args)
+        raise RuntimeError("apf_limiter needs a running asyncio or trio event loop")
+
+    def __repr__(self) -> str:
+        return "RealClock()"

@@ -1,0 +1,448 @@
+"""The controller: owns the priority levels, classifies requests and routes them to queue sets.
+
+It is the sans-IO heart behind a :class:`~apf_limiter.Limiter`. Every method takes ``now`` and
+returns the requests it dispatched, so that the caller can wake their waiters. It also digests
+configurations (as the Kubernetes config controller does), runs borrowing adjustments, and keeps
+the per-level and per-flow-schema counters that :meth:`statistics` reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from apf_limiter.config.model import Configuration, PriorityLevel
+from apf_limiter.digest import RequestDigest
+from apf_limiter.engine.borrowing import (
+    BorrowingInput,
+    SeatDemandStats,
+    compute_borrowing,
+)
+from apf_limiter.engine.classifier import Classifier
+from apf_limiter.engine.concurrency import LevelPlan, plan_levels
+from apf_limiter.engine.queueset import NOTHING, QueueSet
+from apf_limiter.engine.request import Request, RequestState
+from apf_limiter.engine.retry_after import DroppedRequestsTracker
+from apf_limiter.engine.statistics import (
+    FlowSchemaStatistics,
+    LimiterStatistics,
+    PriorityLevelStatistics,
+)
+
+__all__ = ["DEFAULT_MAX_SEATS", "Controller", "LevelState", "FlowSchemaCounters"]
+
+DEFAULT_MAX_SEATS = 100
+"""Seat cap for levels without a computed maxSeats (exempt and Reject levels), as Kubernetes'
+estimator uses its global maximum there."""
+
+
+class FlowSchemaCounters:
+    """Mutable counters of one flow schema (the engine's own bookkeeping)."""
+
+    __slots__ = (
+        "matched",
+        "dispatched",
+        "rejected_queue_full",
+        "rejected_concurrency_limit",
+        "timed_out",
+        "cancelled",
+        "executing",
+        "waiting",
+    )
+
+    def __init__(self) -> None:
+        self.matched = 0
+        self.dispatched = 0
+        self.rejected_queue_full = 0
+        self.rejected_concurrency_limit = 0
+        self.timed_out = 0
+        self.cancelled = 0
+        self.executing = 0
+        self.waiting = 0
+
+
+class LevelState:
+    """A priority level at run time: its configuration, plan, queue set and demand statistics.
+
+    Attributes:
+        config: The level's configuration (the last one seen, for a quiescing level).
+        plan: The level's limits under the current configuration.
+        queue_set: Its queue set.
+        max_seats: The most seats one request may take.
+        quiescing: Whether the level left the configuration and is draining.
+        demand: The smoothed demand statistics.
+        target: The allocation target of the last adjustment.
+    """
+
+    __slots__ = (
+        "config",
+        "plan",
+        "queue_set",
+        "max_seats",
+        "quiescing",
+        "demand",
+        "target",
+        "uses_hash",
+    )
+
+    def __init__(self, config: PriorityLevel, plan: LevelPlan, now: float) -> None:
+        self.config = config
+        self.plan = plan
+        self.quiescing = False
+        desired, queue_length_limit, hand_size = _queuing_shape(plan)
+        self.queue_set = QueueSet(
+            config.name,
+            desired_num_queues=desired,
+            queue_length_limit=queue_length_limit,
+            hand_size=hand_size,
+            concurrency_limit=plan.initial_limit,
+            now=now,
+        )
+        self.max_seats = plan.max_seats or DEFAULT_MAX_SEATS
+        self.uses_hash = desired > 1
+        self.demand = SeatDemandStats()
+        self.target = 0.0
+
+    @property
+    def name(self) -> str:
+        """The level's name."""
+        return self.config.name
+
+    @property
+    def is_drained(self) -> bool:
+        """Whether nothing waits, runs or holds seats at this level."""
+        queue_set = self.queue_set
+        return queue_set.is_idle and queue_set.seats_in_use == 0
+
+
+def _queuing_shape(plan: LevelPlan) -> tuple[int, int, int]:
+    if plan.type == "Exempt":
+        return -1, 0, 0
+    if plan.limit_response == "Queue":
+        return plan.queues, plan.queue_length_limit, plan.hand_size
+    return 0, 0, 0
+
+
+class Controller:
+    """Owns the priority levels of one configuration and routes requests through them.
+
+    Args:
+        config: A validated configuration (with the mandatory objects).
+        hash_seed: Seed of the flow hash.
+        now: The current time, in seconds.
+    """
+
+    def __init__(self, config: Configuration, *, hash_seed: int, now: float) -> None:
+        self.hash_seed = hash_seed
+        self.tracker = DroppedRequestsTracker()
+        self.levels: dict[str, LevelState] = {}
+        self.flow_schema_counters: dict[str, FlowSchemaCounters] = {}
+        self.fair_fraction = 0.0
+        self.borrowing_regime = 0
+        self.borrowing_error = ""
+        self.adjustments = 0
+        self.config = config
+        self.nominal_limit_sum = 0
+        self.classifier = Classifier(config.flow_schemas, hash_seed=hash_seed)
+        self.apply(config, now)
+
+    # ----------------------------------------------------------------------------------------
+    # configuration
+
+    def apply(self, config: Configuration, now: float) -> list[Request]:
+        """Digest a (validated) configuration atomically, then run a borrowing adjustment.
+
+        Changed levels reconfigure their queue sets; removed busy levels quiesce; a level that
+        reappears is reused; flow schemas are re-sorted.
+
+        Returns:
+            The requests dispatched by the change.
+        """
+        classifier = Classifier(config.flow_schemas, hash_seed=self.hash_seed)
+        dispatched: list[Request] = []
+        configs: dict[str, PriorityLevel] = {pl.name: pl for pl in config.priority_levels}
+        kept: dict[str, LevelState | None] = {name: self.levels.get(name) for name in configs}
+        for name, state in self.levels.items():
+            if name in configs:
+                continue
+            if state.is_drained:
+                self.tracker.forget(name)
+            else:
+                state.quiescing = True
+                configs[name] = state.config
+                kept[name] = state
+        configured = {pl.name for pl in config.priority_levels}
+        plan = plan_levels(list(configs.values()), config.server_concurrency_limit)
+        levels: dict[str, LevelState] = {}
+        for level_plan in plan.levels:
+            name = level_plan.name
+            existing = kept[name]
+            if existing is None:
+                levels[name] = LevelState(configs[name], level_plan, now)
+                continue
+            if name in configured:
+                existing.quiescing = False
+            existing.config = configs[name]
+            existing.plan = level_plan
+            existing.max_seats = level_plan.max_seats or DEFAULT_MAX_SEATS
+            desired, queue_length_limit, hand_size = _queuing_shape(level_plan)
+            existing.uses_hash = desired > 1
+            dispatched.extend(
+                existing.queue_set.configure(
+                    desired_num_queues=desired,
+                    queue_length_limit=queue_length_limit,
+                    hand_size=hand_size,
+                    concurrency_limit=existing.queue_set.concurrency_limit,
+                    now=now,
+                )
+            )
+            levels[name] = existing
+        counters = {
+            schema.name: self.flow_schema_counters.get(schema.name) or FlowSchemaCounters()
+            for schema in classifier.flow_schemas
+        }
+        self.levels = levels
+        self.classifier = classifier
+        self.flow_schema_counters = counters
+        self.config = config
+        self.nominal_limit_sum = plan.nominal_limit_sum
+        self._count_dispatched(dispatched)
+        dispatched.extend(self.adjust_borrowing(now))
+        return dispatched
+
+    # ----------------------------------------------------------------------------------------
+    # borrowing
+
+    def adjust_borrowing(self, now: float) -> list[Request]:
+        """Run one borrowing adjustment: read the demand, share the seats, apply the limits.
+
+        Returns:
+            The requests dispatched because limits went up.
+        """
+        states = list(self.levels.values())
+        inputs = []
+        for state in states:
+            state.demand.update(state.queue_set.demand.reset(now))
+            plan = state.plan
+            inputs.append(
+                BorrowingInput(
+                    exempt=plan.type == "Exempt",
+                    nominal_limit=plan.nominal_limit,
+                    lower_limit=plan.lower_limit,
+                    upper_limit=plan.upper_limit,
+                    high_watermark=state.demand.high_watermark,
+                    smoothed=state.demand.smoothed,
+                    current_limit=state.queue_set.concurrency_limit,
+                )
+            )
+        result = compute_borrowing(self.nominal_limit_sum, inputs)
+        self.adjustments += 1
+        self.fair_fraction = result.fair_fraction
+        self.borrowing_regime = result.regime
+        self.borrowing_error = result.error
+        dispatched: list[Request] = []
+        for state, limit, target in zip(states, result.current_limits, result.targets, strict=True):
+            state.target = target
+            dispatched.extend(state.queue_set.set_concurrency_limit(limit, now))
+        self._count_dispatched(dispatched)
+        return dispatched
+
+    # ----------------------------------------------------------------------------------------
+    # requests
+
+    def start(self, digest: RequestDigest, now: float) -> tuple[Request, Sequence[Request]]:
+        """Classify a request and start it at its level.
+
+        Returns:
+            The engine request (its ``state`` says whether it is executing, waiting or was
+            rejected) and every request dispatched by its arrival.
+        """
+        classification = self.classifier.classify(digest)
+        level = self.levels[classification.priority_level]
+        max_seats = level.max_seats
+        seats = digest.seats or 1
+        if seats > max_seats:
+            seats = max_seats
+        # Final seats mean something only with an additional latency to hold them for.
+        final_seats = digest.final_seats if digest.additional_latency > 0 else 0
+        if final_seats > max_seats:
+            final_seats = max_seats
+        schema_name = classification.flow_schema.name
+        request = Request(
+            schema_name,
+            level.config.name,
+            distinguisher=classification.distinguisher,
+            flow_hash=classification.flow_hash if level.uses_hash else 0,
+            initial_seats=seats,
+            final_seats=final_seats,
+            additional_latency=digest.additional_latency if final_seats else 0.0,
+        )
+        request.digest = digest
+        request.level = level
+        counters = self.flow_schema_counters[schema_name]
+        request.counters = counters
+        counters.matched += 1
+        queue_set = level.queue_set
+        dispatched = queue_set.start_request(request, now)
+        state = request.state
+        if state is RequestState.WAITING:
+            counters.waiting += 1
+        elif state is RequestState.REJECTED:
+            if request.reject_reason == "queue-full":
+                counters.rejected_queue_full += 1
+            else:
+                counters.rejected_concurrency_limit += 1
+        if state is RequestState.EXECUTING and len(dispatched) == 1:
+            counters.dispatched += 1
+            counters.executing += 1
+        elif dispatched:
+            self._count_dispatched(dispatched, arrival=request)
+        return request, dispatched
+
+    def finish(self, request: Request, now: float) -> Sequence[Request]:
+        """Record that an executing request's handler returned or failed.
+
+        If the request has an additional latency it goes on holding its final seats: its
+        state becomes ``LINGERING`` and the caller must call :meth:`release` at
+        ``request.release_at``.
+
+        Returns:
+            The requests dispatched by the freed seats.
+        """
+        level: LevelState = request.level
+        dispatched = level.queue_set.finish(request, now)
+        request.counters.executing -= 1
+        if dispatched:
+            self._count_dispatched(dispatched)
+        if level.quiescing and level.is_drained:
+            return self._requeue_after_quiesce(dispatched, now)
+        return dispatched
+
+    def release(self, request: Request, now: float) -> Sequence[Request]:
+        """Release a lingering request's final seats.
+
+        Returns:
+            The requests dispatched by the freed seats.
+        """
+        level: LevelState = request.level
+        dispatched = level.queue_set.release(request, now)
+        if dispatched:
+            self._count_dispatched(dispatched)
+        if level.quiescing and level.is_drained:
+            return self._requeue_after_quiesce(dispatched, now)
+        return dispatched
+
+    def cancel(self, request: Request, now: float, *, timed_out: bool) -> Sequence[Request]:
+        """Remove a waiting request: its wait limit passed (``timed_out``) or its waiter left.
+
+        Returns:
+            The requests dispatched afterwards.
+        """
+        level: LevelState = request.level
+        dispatched = level.queue_set.cancel(request, now, timed_out=timed_out)
+        counters: FlowSchemaCounters = request.counters
+        counters.waiting -= 1
+        if timed_out:
+            counters.timed_out += 1
+        else:
+            counters.cancelled += 1
+        if dispatched:
+            self._count_dispatched(dispatched)
+        if level.quiescing and level.is_drained:
+            return self._requeue_after_quiesce(dispatched, now)
+        return dispatched
+
+    def record_rejection(self, request: Request, now: float) -> int:
+        """Record a dropped request for its level's Retry-After and return the new value."""
+        level = request.priority_level
+        self.tracker.record_dropped(level, int(now // 1))
+        return self.tracker.retry_after(level)
+
+    @property
+    def waiting_requests(self) -> int:
+        """Requests waiting in any queue."""
+        return sum(state.queue_set.requests_waiting for state in self.levels.values())
+
+    @staticmethod
+    def _count_dispatched(dispatched: Iterable[Request], arrival: Request | None = None) -> None:
+        for request in dispatched:
+            counters: FlowSchemaCounters = request.counters
+            counters.dispatched += 1
+            counters.executing += 1
+            if request is not arrival:
+                counters.waiting -= 1
+
+    def _requeue_after_quiesce(self, dispatched: Sequence[Request], now: float) -> list[Request]:
+        # A drained quiescing level is dropped by a fresh digest of the same configuration, as
+        # Kubernetes re-queues a full config sync; shares and limits are recomputed without it.
+        result = list(dispatched) if dispatched is not NOTHING else []
+        result.extend(self.apply(self.config, now))
+        return result
+
+    # ----------------------------------------------------------------------------------------
+    # statistics
+
+    def statistics(self) -> LimiterStatistics:
+        """Return a frozen snapshot of every level and flow schema."""
+        levels: dict[str, PriorityLevelStatistics] = {}
+        for name, state in self.levels.items():
+            plan = state.plan
+            qs = state.queue_set
+            timed_out = qs.timed_out
+            levels[name] = PriorityLevelStatistics(
+                name=name,
+                type=plan.type,
+                limit_response=plan.limit_response,
+                quiescing=state.quiescing,
+                nominal_limit=plan.nominal_limit,
+                lendable_limit=plan.lendable_limit,
+                borrowing_limit=plan.borrowing_limit,
+                lower_limit=plan.lower_limit,
+                upper_limit=plan.upper_limit,
+                current_limit=qs.concurrency_limit,
+                target_limit=state.target,
+                max_seats=plan.max_seats,
+                queues=len(qs.queues),
+                executing_requests=qs.requests_executing,
+                executing_seats=qs.seats_in_use,
+                waiting_requests=qs.requests_waiting,
+                waiting_seats=qs.seats_waiting,
+                dispatched=qs.dispatched,
+                rejected={
+                    "queue-full": qs.rejected_queue_full,
+                    "concurrency-limit": qs.rejected_concurrency_limit,
+                    "time-out": timed_out,
+                },
+                timed_out=timed_out,
+                cancelled=qs.cancelled,
+                demand_high_watermark=state.demand.high_watermark,
+                demand_average=state.demand.average,
+                demand_stdev=state.demand.stdev,
+                demand_smoothed=state.demand.smoothed,
+            )
+        schemas: dict[str, FlowSchemaStatistics] = {}
+        for schema in self.classifier.flow_schemas:
+            counters = self.flow_schema_counters[schema.name]
+            schemas[schema.name] = FlowSchemaStatistics(
+                name=schema.name,
+                priority_level=schema.priority_level,
+                matching_precedence=schema.matching_precedence,
+                matched=counters.matched,
+                dispatched=counters.dispatched,
+                rejected={
+                    "queue-full": counters.rejected_queue_full,
+                    "concurrency-limit": counters.rejected_concurrency_limit,
+                    "time-out": counters.timed_out,
+                },
+                cancelled=counters.cancelled,
+                executing_requests=counters.executing,
+                waiting_requests=counters.waiting,
+            )
+        return LimiterStatistics(
+            server_concurrency_limit=self.config.server_concurrency_limit,
+            nominal_limit_sum=self.nominal_limit_sum,
+            fair_fraction=self.fair_fraction,
+            borrowing_regime=self.borrowing_regime,
+            adjustments=self.adjustments,
+            priority_levels=levels,
+            flow_schemas=schemas,
+        )

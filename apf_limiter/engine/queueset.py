@@ -1,0 +1,699 @@
+"""The queue set of one priority level: fair queuing in virtual time.
+
+Theory of operation
+-------------------
+A queue set holds the requests of one priority level. It enforces the level's *concurrency
+limit* (seats) and, for a ``Queue``-type level, orders waiting requests fairly between flows.
+
+* **Virtual time R** ("the progress meter") counts the seat-seconds each active queue would have
+  received under perfectly fair sharing. Every entry point first *syncs time*: R advances by
+  ``min(seats requested, limit) / active queues`` per second of real time. R is an unsigned
+  64-bit fixed-point value; when it passes ``HIGH_R`` an *epoch advance* winds R and every
+  queue's virtual times back by ``R_DECREMENT``.
+* **Arrival.** A request's flow hash is dealt a hand of queues (shuffle sharding); it joins the
+  one with the least waiting work, visiting the hand from a rotating offset. It is rejected with
+  ``queue-full`` only when all seats are taken *and* that queue is at its length limit.
+* **Dispatch.** While seats are free, the queue whose head would finish first in virtual time
+  (``next_dispatch_r + head.total_work``) is served, ties going to the first queue in
+  round-robin order after the last one served. If that head does not fit, nothing is dispatched
+  (head-of-line blocking, as in Kubernetes). ``next_dispatch_r`` then advances by the head's work.
+* **Completion** corrects the queue's virtual time for the actual service time (the request was
+  charged 3 ms per seat up front) and releases the seats, possibly after an additional latency.
+  *Anti-windup* keeps a queue's ``next_dispatch_r`` from falling behind its head's arrival.
+* **Exempt and Reject levels** have no queues: an exempt level runs everything; a Reject level
+  runs what fits and rejects the rest with ``concurrency-limit``.
+
+Finding the queue to dispatch from uses an index of the queues that have waiting requests:
+a heap of virtual finish times, and for each finish time the sorted indices of its queues. A
+dispatch then costs O(log queues) rather than a scan of every queue, and ties are broken exactly
+as the Kubernetes scan would (the first index after the robin index, wrapping around).
+
+All methods take ``now`` (seconds) and return the requests they dispatched, so the caller can
+wake their waiters. Nothing here blocks, sleeps, logs or reads a clock. After every change the
+*seat demand* (seats in use plus seats waiting) is sampled into :attr:`QueueSet.demand`, the
+integrator that borrowing reads.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from collections import deque
+from collections.abc import Sequence
+from heapq import heapify, heappop, heappush
+
+from apf_limiter.engine.integrator import Integrator
+from apf_limiter.engine.request import Request, RequestState
+from apf_limiter.engine.seat_seconds import (
+    ESTIMATED_SERVICE_NS,
+    HIGH_R,
+    MASK,
+    R_DECREMENT,
+    seats_times_duration,
+)
+from apf_limiter.engine.shuffle_sharding import Dealer
+
+__all__ = ["Queue", "QueueSet", "NOTHING"]
+
+NOTHING: Sequence[Request] = ()
+"""The shared empty result: nothing was dispatched."""
+
+_HAND_CACHE_LIMIT = 16384
+
+
+class Queue:
+    """One fair queue: a FIFO of waiting requests and the requests it has dispatched.
+
+    Attributes:
+        index: Position in the queue set (-1 once removed).
+        waiting: The waiting requests, oldest first.
+        executing: Requests dispatched from this queue that are still running.
+        next_dispatch_r: Virtual time at which the next request of this queue may start.
+        seats_in_use: Seats held by requests of this queue (lingering ones included).
+        initial_seats_sum: Sum of initial seats of the waiting requests.
+        max_seats_sum: Sum of max seats of the waiting requests.
+        total_work_sum: Sum of total work of the waiting requests.
+    """
+
+    __slots__ = (
+        "index",
+        "waiting",
+        "executing",
+        "next_dispatch_r",
+        "seats_in_use",
+        "initial_seats_sum",
+        "max_seats_sum",
+        "total_work_sum",
+        "finish",
+    )
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.waiting: deque[Request] = deque()
+        self.executing: set[Request] = set()
+        self.next_dispatch_r = 0
+        self.seats_in_use = 0
+        self.initial_seats_sum = 0
+        self.max_seats_sum = 0
+        self.total_work_sum = 0
+        # The virtual finish time under which the queue is indexed for dispatch (None: it
+        # has no waiting request, so it is not indexed).
+        self.finish: int | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Queue {self.index} waiting={len(self.waiting)} "
+            f"executing={len(self.executing)} seats={self.seats_in_use}>"
+        )
+
+
+class QueueSet:
+    """The queues and seat accounting of one priority level.
+
+    Args:
+        name: The priority level's name.
+        desired_num_queues: ``-1`` for an exempt level, ``0`` for a Reject level, else the
+            number of queues.
+        queue_length_limit: Waiting requests per queue before ``queue-full`` rejections.
+        hand_size: Queues dealt to each flow.
+        concurrency_limit: The current limit, in seats.
+        now: The current time, in seconds.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        desired_num_queues: int,
+        queue_length_limit: int = 0,
+        hand_size: int = 0,
+        concurrency_limit: int,
+        now: float,
+    ) -> None:
+        self.name = name
+        self.queues: list[Queue] = []
+        self.desired_num_queues = 0
+        self.queue_length_limit = 0
+        self.hand_size = 0
+        self.concurrency_limit = 0
+        self._dealer: Dealer | None = None
+        self._hands: dict[int, list[int]] = {}
+        # Dispatch index: finish time -> sorted indices of the queues whose head finishes
+        # then, and a heap of those finish times (lazily cleaned).
+        self._by_finish: dict[int, list[int]] = {}
+        self._finishes: list[int] = []
+        self.current_r = 0
+        self.last_real_time = now
+        self.robin_index = 0
+        self.enqueues = 0
+        self.active_queues = 0
+        self.requests_waiting = 0
+        self.requests_executing = 0
+        self.seats_in_use = 0
+        self.seats_waiting = 0
+        self.queued_seats_in_use = 0
+        self.queueless_executing: set[Request] = set()
+        self.dispatched = 0
+        self.rejected_queue_full = 0
+        self.rejected_concurrency_limit = 0
+        self.timed_out = 0
+        self.cancelled = 0
+        self.no_accommodation = 0
+        self.epoch_advances = 0
+        self.epoch_advance_failures = 0
+        self.r_overflows = 0
+        self.demand = Integrator(now)
+        self.configure(
+            desired_num_queues=desired_num_queues,
+            queue_length_limit=queue_length_limit,
+            hand_size=hand_size,
+            concurrency_limit=concurrency_limit,
+            now=now,
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # configuration
+
+    def configure(
+        self,
+        *,
+        desired_num_queues: int,
+        queue_length_limit: int,
+        hand_size: int,
+        concurrency_limit: int,
+        now: float,
+    ) -> Sequence[Request]:
+        """Apply a new queuing and dispatching configuration, then dispatch what now fits.
+
+        More queues are added at once; surplus queues are removed as they empty. A level
+        switched to zero queues keeps its old queue length limit and hand size.
+
+        Raises:
+            ValueError: If ``desired_num_queues`` and ``hand_size`` make an invalid dealer.
+        """
+        if concurrency_limit < 0:
+            raise ValueError(f"concurrency_limit must not be negative, got {concurrency_limit}")
+        dealer = Dealer(desired_num_queues, hand_size) if desired_num_queues > 0 else None
+        self._sync_time(now)
+        if desired_num_queues > 0:
+            for index in range(len(self.queues), desired_num_queues):
+                self.queues.append(Queue(index))
+            self.queue_length_limit = queue_length_limit
+            self.hand_size = hand_size
+            self._dealer = dealer
+            self._hands = {}
+        self.desired_num_queues = desired_num_queues
+        self.concurrency_limit = concurrency_limit
+        dispatched = self._dispatch_as_much_as_possible()
+        self._note_demand(now)
+        return dispatched
+
+    def set_concurrency_limit(self, concurrency_limit: int, now: float) -> Sequence[Request]:
+        """Change the current limit; a raised limit dispatches waiting requests at once."""
+        if concurrency_limit < 0:
+            raise ValueError(f"concurrency_limit must not be negative, got {concurrency_limit}")
+        self._sync_time(now)
+        self.concurrency_limit = concurrency_limit
+        dispatched = self._dispatch_as_much_as_possible()
+        self._note_demand(now)
+        return dispatched
+
+    @property
+    def is_exempt(self) -> bool:
+        """Whether the level is exempt (never limits, never queues)."""
+        return self.desired_num_queues < 0
+
+    @property
+    def is_idle(self) -> bool:
+        """Whether no request is waiting or executing."""
+        return self.requests_waiting == 0 and self.requests_executing == 0
+
+    @property
+    def seat_demand(self) -> int:
+        """Seats in use plus seats waiting: what the borrowing integrator samples."""
+        return self.seats_in_use + self.seats_waiting
+
+    def _note_demand(self, now: float) -> None:
+        demand = self.demand
+        x = self.seats_in_use + self.seats_waiting
+        if x != demand.x:
+            demand.set(x, now)
+
+    # ----------------------------------------------------------------------------------------
+    # arrival
+
+    def start_request(self, request: Request, now: float) -> Sequence[Request]:
+        """Admit, queue or reject an arriving request.
+
+        Afterwards ``request.state`` is ``EXECUTING`` (dispatched at once), ``WAITING`` or
+        ``REJECTED`` (with ``request.reject_reason`` set).
+
+        Returns:
+            The requests dispatched by this arrival (``request`` itself among them when it was
+            dispatched at once).
+        """
+        if request.state is not RequestState.NEW:
+            raise RuntimeError(f"request already started: {request!r}")
+        # Inline "sync time" for the common case of no active queue: R stands still then.
+        if self.active_queues:
+            self._sync_time(now)
+        else:
+            self.last_real_time = now
+        request.arrival_time = now
+        request.arrival_r = self.current_r
+        if self.desired_num_queues < 1:
+            return self._start_queueless(request, now)
+        seats = request.max_seats
+        limit = self.concurrency_limit
+        if self.requests_waiting == 0 and limit > 0 and self.seats_in_use + seats <= limit:
+            return self._enqueue_and_dispatch_at_once(request, now)
+        return self._start_queued(request, now)
+
+    def _start_queueless(self, request: Request, now: float) -> Sequence[Request]:
+        if not self._can_accommodate(request.max_seats):
+            self.rejected_concurrency_limit += 1
+            request.state = RequestState.REJECTED
+            request.reject_reason = "concurrency-limit"
+            return NOTHING
+        request.state = RequestState.EXECUTING
+        request.start_time = now
+        self.requests_executing += 1
+        self.seats_in_use += request.max_seats
+        self.queueless_executing.add(request)
+        self.dispatched += 1
+        self.demand.set(self.seats_in_use + self.seats_waiting, now)
+        return (request,)
+
+    def _enqueue_and_dispatch_at_once(self, request: Request, now: float) -> Sequence[Request]:
+        # Nothing waits and the request fits: the general path would enqueue it on the first
+        # queue visited in its hand (all hands hold zero waiting work), find that queue as the
+        # only candidate, and dispatch it. Do exactly that, without the general machinery.
+        hand_size = self.hand_size
+        offset = self.enqueues % hand_size
+        self.enqueues += 1
+        queue = self.queues[self._hand(request.flow_hash)[offset]]
+        if not queue.executing:
+            self.active_queues += 1
+            # An idle queue restarts at the current virtual time (the anti-windup bound gives
+            # the same value when it still had lingering seats).
+            queue.next_dispatch_r = self.current_r
+        elif queue.next_dispatch_r < self.current_r:
+            queue.next_dispatch_r = self.current_r
+        request.queue = queue
+        request.queue_length_after_enqueue = 1
+        self.robin_index = queue.index
+        limit = self.concurrency_limit
+        if request.final_seats > limit:
+            self._clamp_final_seats(request, limit)
+        self._begin_execution(request, queue, now)
+        self.demand.set(self.seats_in_use + self.seats_waiting, now)
+        return (request,)
+
+    def _start_queued(self, request: Request, now: float) -> Sequence[Request]:
+        hand = self._hand(request.flow_hash)
+        hand_size = self.hand_size
+        offset = self.enqueues % hand_size
+        self.enqueues += 1
+        queues = self.queues
+        queue = queues[hand[offset]]
+        least_work = queue.total_work_sum
+        for i in range(1, hand_size):
+            candidate = queues[hand[(offset + i) % hand_size]]
+            if candidate.total_work_sum < least_work:
+                queue = candidate
+                least_work = candidate.total_work_sum
+        if (
+            self.seats_in_use >= self.concurrency_limit
+            and len(queue.waiting) >= self.queue_length_limit
+        ):
+            self.rejected_queue_full += 1
+            request.state = RequestState.REJECTED
+            request.reject_reason = "queue-full"
+            return NOTHING
+        if not queue.waiting and not queue.executing:
+            self.active_queues += 1
+            queue.next_dispatch_r = self.current_r
+        request.queue = queue
+        request.state = RequestState.WAITING
+        queue.waiting.append(request)
+        queue.initial_seats_sum += request.initial_seats
+        queue.max_seats_sum += request.max_seats
+        queue.total_work_sum += request.total_work
+        request.queue_length_after_enqueue = len(queue.waiting)
+        self.requests_waiting += 1
+        self.seats_waiting += request.max_seats
+        self._bound_next_dispatch(queue)
+        self._push(queue)
+        dispatched = self._dispatch_as_much_as_possible()
+        self._note_demand(now)
+        return dispatched
+
+    def _hand(self, flow_hash: int) -> list[int]:
+        hand = self._hands.get(flow_hash)
+        if hand is None:
+            assert self._dealer is not None
+            hand = self._dealer.deal(flow_hash)
+            if len(self._hands) >= _HAND_CACHE_LIMIT:
+                self._hands.clear()
+            self._hands[flow_hash] = hand
+        return hand
+
+    # ----------------------------------------------------------------------------------------
+    # dispatch
+
+    def _can_accommodate(self, seats: int) -> bool:
+        if self.desired_num_queues < 0:
+            return True
+        limit = self.concurrency_limit
+        if limit <= 0:
+            # Deviation D3: a level whose current limit is 0 admits nothing, where
+            # Kubernetes would let one request through whenever the level is idle.
+            return False
+        if seats > limit:
+            # Too wide for the whole limit: it runs alone.
+            return self.requests_executing == 0
+        return self.seats_in_use + seats <= limit
+
+    def _dispatch_as_much_as_possible(self) -> Sequence[Request]:
+        dispatched: list[Request] | None = None
+        while self.requests_waiting and self.seats_in_use < self.concurrency_limit:
+            request = self._dispatch_one()
+            if request is None:
+                break
+            if dispatched is None:
+                dispatched = [request]
+            else:
+                dispatched.append(request)
+        return NOTHING if dispatched is None else dispatched
+
+    def _dispatch_one(self) -> Request | None:
+        queue = self._find_dispatch_queue()
+        if queue is None:
+            return None
+        request = queue.waiting[0]
+        if not self._can_accommodate(request.max_seats):
+            # Head-of-line blocking, as in Kubernetes: no other queue is tried.
+            self.no_accommodation += 1
+            return None
+        queue.waiting.popleft()
+        queue.initial_seats_sum -= request.initial_seats
+        queue.max_seats_sum -= request.max_seats
+        queue.total_work_sum -= request.total_work
+        self.requests_waiting -= 1
+        self.seats_waiting -= request.max_seats
+        limit = self.concurrency_limit
+        if request.final_seats > limit:
+            self._clamp_final_seats(request, limit)
+        # The queues that were not chosen win the next tie.
+        self.robin_index = queue.index
+        self._begin_execution(request, queue, self.last_real_time)
+        self._push(queue)
+        return request
+
+    def _begin_execution(self, request: Request, queue: Queue, now: float) -> None:
+        request.state = RequestState.EXECUTING
+        request.start_time = now
+        seats = request.max_seats
+        self.requests_executing += 1
+        self.seats_in_use += seats
+        self.queued_seats_in_use += seats
+        queue.executing.add(request)
+        queue.seats_in_use += seats
+        queue.next_dispatch_r = (queue.next_dispatch_r + request.total_work) & MASK
+        if queue.waiting:
+            self._bound_next_dispatch(queue)
+        self.dispatched += 1
+
+    @staticmethod
+    def _clamp_final_seats(request: Request, limit: int) -> None:
+        # Keep the final work constant while fitting the final seats into the limit. The
+        # waiting-seat totals were already settled with the old width, so nothing leaks.
+        request.additional_latency_ns = (
+            int(request.final_work / limit * 10.0) if limit > 0 else request.additional_latency_ns
+        )
+        request.final_seats = limit
+        request.max_seats = max(request.initial_seats, limit)
+
+    def _find_dispatch_queue(self) -> Queue | None:
+        """Return the queue whose head finishes first in virtual time (None if none waits).
+
+        Equivalent to the Kubernetes scan of every queue in round-robin order starting after
+        ``robin_index``, keeping the strictly smallest virtual finish time: among the queues
+        tied on the smallest finish time, the first index after ``robin_index`` wins,
+        wrapping around.
+        """
+        finishes = self._finishes
+        by_finish = self._by_finish
+        while finishes:
+            group = by_finish.get(finishes[0])
+            if group is not None:
+                break
+            heappop(finishes)  # a finish time no queue has any more
+        else:
+            return None
+        # After a full scan the Kubernetes robin index is back where it started.
+        start = self.robin_index % len(self.queues)
+        self.robin_index = start
+        position = bisect_right(group, start)
+        return self.queues[group[position] if position < len(group) else group[0]]
+
+    def _push(self, queue: Queue) -> None:
+        """(Re-)index a queue under its head's virtual finish time, or unindex it."""
+        by_finish = self._by_finish
+        old = queue.finish
+        if old is not None:
+            group = by_finish[old]
+            if len(group) == 1:
+                del by_finish[old]
+            else:
+                del group[bisect_left(group, queue.index)]
+        if not queue.waiting:
+            queue.finish = None
+            return
+        finish = (queue.next_dispatch_r + queue.waiting[0].total_work) & MASK
+        queue.finish = finish
+        peers = by_finish.get(finish)
+        if peers is None:
+            by_finish[finish] = [queue.index]
+            finishes = self._finishes
+            heappush(finishes, finish)
+            if len(finishes) > 2 * len(by_finish) + 64:
+                self._finishes = list(by_finish)
+                heapify(self._finishes)
+        else:
+            insort(peers, queue.index)
+
+    def _rebuild_heap(self) -> None:
+        """Re-index every queue (after indices or virtual times changed wholesale)."""
+        self._by_finish = {}
+        self._finishes = []
+        for queue in self.queues:
+            queue.finish = None
+            self._push(queue)
+
+    @staticmethod
+    def _bound_next_dispatch(queue: Queue) -> None:
+        # Anti-windup: dispatch in the virtual world must not precede arrival.
+        if queue.waiting:
+            arrival_r = queue.waiting[0].arrival_r
+            if queue.next_dispatch_r < arrival_r:
+                queue.next_dispatch_r = arrival_r
+
+    # ----------------------------------------------------------------------------------------
+    # completion and removal
+
+    def finish(self, request: Request, now: float) -> Sequence[Request]:
+        """Record that an executing request's handler returned (normally or not).
+
+        Releases its seats now, or marks it ``LINGERING`` with ``release_at`` set when it has
+        an additional latency; the caller must then call :meth:`release` at that time.
+
+        Returns:
+            The requests dispatched because seats or virtual time were freed.
+        """
+        if request.state is not RequestState.EXECUTING:
+            raise RuntimeError(f"finish() of a request that is not executing: {request!r}")
+        self._sync_time(now)
+        self.requests_executing -= 1
+        queue = request.queue
+        if queue is None:
+            self.queueless_executing.discard(request)
+        else:
+            queue.executing.discard(request)
+            if not queue.executing and not queue.waiting:
+                self.active_queues -= 1
+            # Charged G per seat at dispatch; correct for the actual service time S.
+            service_ns = round((now - request.start_time) * 1e9)
+            queue.next_dispatch_r = (
+                queue.next_dispatch_r
+                - _seats_times_duration_int(
+                    request.initial_seats, ESTIMATED_SERVICE_NS - service_ns
+                )
+            ) & MASK
+            if queue.waiting:
+                self._bound_next_dispatch(queue)
+                self._push(queue)
+        if request.additional_latency_ns <= 0:
+            self._release_seats(request)
+        else:
+            request.state = RequestState.LINGERING
+            request.release_at = now + request.additional_latency
+        dispatched = self._dispatch_as_much_as_possible() if self.requests_waiting else NOTHING
+        self._note_demand(now)
+        return dispatched
+
+    def release(self, request: Request, now: float) -> Sequence[Request]:
+        """Release a lingering request's final seats (its additional latency has passed)."""
+        if request.state is not RequestState.LINGERING:
+            raise RuntimeError(f"release() of a request that is not lingering: {request!r}")
+        self._sync_time(now)
+        self._release_seats(request)
+        dispatched = self._dispatch_as_much_as_possible()
+        self._note_demand(now)
+        return dispatched
+
+    def _release_seats(self, request: Request) -> None:
+        request.state = RequestState.DONE
+        seats = request.max_seats
+        self.seats_in_use -= seats
+        queue = request.queue
+        if queue is not None:
+            queue.seats_in_use -= seats
+            if queue.index >= 0:
+                self.queued_seats_in_use -= seats
+                self._remove_queue_if_surplus(queue)
+
+    def _remove_queue_if_surplus(self, queue: Queue) -> None:
+        queues = self.queues
+        if len(queues) <= self.desired_num_queues or queue.waiting or queue.executing:
+            return
+        if self.desired_num_queues < 0:
+            return
+        index = queue.index
+        if index < 0 or index >= len(queues) or queues[index] is not queue:
+            return  # already removed
+        del queues[index]
+        for later in queues[index:]:
+            later.index -= 1
+        # Seats still held by lingering requests of a removed queue no longer count towards
+        # the virtual clock's rate (it sums over the queues in the set).
+        self.queued_seats_in_use -= queue.seats_in_use
+        queue.index = -1
+        if self.robin_index >= index:
+            self.robin_index -= 1
+        self._rebuild_heap()
+
+    def cancel(self, request: Request, now: float, *, timed_out: bool) -> Sequence[Request]:
+        """Remove a waiting request from its queue: its wait limit passed or its waiter left.
+
+        Unlike Kubernetes, dispatching is retried afterwards, so a departed wide head of line
+        cannot leave seats idle until the next arrival or completion.
+
+        Returns:
+            The requests dispatched afterwards.
+        """
+        if request.state is not RequestState.WAITING:
+            raise RuntimeError(f"cancel() of a request that is not waiting: {request!r}")
+        self._sync_time(now)
+        queue = request.queue
+        assert queue is not None
+        was_head = queue.waiting[0] is request
+        queue.waiting.remove(request)
+        queue.initial_seats_sum -= request.initial_seats
+        queue.max_seats_sum -= request.max_seats
+        queue.total_work_sum -= request.total_work
+        self.requests_waiting -= 1
+        self.seats_waiting -= request.max_seats
+        if not queue.waiting and not queue.executing:
+            self.active_queues -= 1
+        if timed_out:
+            self.timed_out += 1
+            request.state = RequestState.TIMED_OUT
+            request.reject_reason = "time-out"
+        else:
+            self.cancelled += 1
+            request.state = RequestState.CANCELLED
+        self._bound_next_dispatch(queue)
+        if was_head:
+            self._push(queue)
+        dispatched = self._dispatch_as_much_as_possible()
+        if not queue.waiting and not queue.executing:
+            self._remove_queue_if_surplus(queue)
+        self._note_demand(now)
+        return dispatched
+
+    # ----------------------------------------------------------------------------------------
+    # virtual time
+
+    def sync_time(self, now: float) -> None:
+        """Advance virtual time to ``now`` (every other entry point does this first)."""
+        self._sync_time(now)
+
+    def _sync_time(self, now: float) -> None:
+        elapsed = now - self.last_real_time
+        self.last_real_time = now
+        active = self.active_queues
+        if not active or elapsed <= 0:
+            return
+        requested = self.queued_seats_in_use + self.seats_waiting
+        limit = self.concurrency_limit
+        seats = requested if requested < limit else limit
+        elapsed_ns = round(elapsed * 1e9)
+        if active == 1:
+            # The common case: an integral rate allows exact integer arithmetic.
+            increment = _seats_times_duration_int(seats, elapsed_ns)
+        else:
+            increment = seats_times_duration(seats / active, elapsed_ns)
+        new_r = (self.current_r + increment) & MASK
+        if new_r < self.current_r:
+            # Kubernetes only logs this; keep the count so it can be observed.
+            self.r_overflows += 1
+        elif new_r >= HIGH_R:
+            new_r = self._advance_epoch(new_r)
+        self.current_r = new_r
+
+    def _advance_epoch(self, current_r: int) -> int:
+        success = True
+        for queue in self.queues:
+            if not queue.waiting and not queue.executing:
+                queue.next_dispatch_r = 0
+                continue
+            if queue.next_dispatch_r < R_DECREMENT:
+                success = False
+            queue.next_dispatch_r = (queue.next_dispatch_r - R_DECREMENT) & MASK
+            for request in queue.waiting:
+                if request.arrival_r < R_DECREMENT:
+                    success = False
+                request.arrival_r = (request.arrival_r - R_DECREMENT) & MASK
+        if success:
+            self.epoch_advances += 1
+        else:
+            self.epoch_advance_failures += 1
+        self._rebuild_heap()
+        return (current_r - R_DECREMENT) & MASK
+
+    def __repr__(self) -> str:
+        return (
+            f"<QueueSet {self.name} limit={self.concurrency_limit} "
+            f"executing={self.requests_executing} seats={self.seats_in_use} "
+            f"waiting={self.requests_waiting}>"
+        )
+
+
+_EXACT = 1 << 53
+
+
+def _seats_times_duration_int(seats: int, duration_ns: int) -> int:
+    """:func:`seats_times_duration` for integer seats, in integer arithmetic when exact.
+
+    Below 2**53 the float computation is exact up to its final rounding, and the quotient by 10
+    is either exact (``x.5`` is representable) or at least 0.1 away from a rounding boundary,
+    so integer rounding half away from zero gives the same result, faster.
+    """
+    product = seats * duration_ns
+    if -_EXACT < product < _EXACT:
+        if product >= 0:
+            quotient, remainder = divmod(product, 10)
+            return quotient + (remainder >= 5)
+        quotient, remainder = divmod(-product, 10)
+        return (-(quotient + (remainder >= 5))) & MASK
+    return seats_times_duration(seats, duration_ns)

@@ -1,0 +1,469 @@
+"""The async shell: :class:`Limiter` and :class:`Admission`.
+
+The shell is thin. It reads the clock, asks the engine (:class:`Controller`) what to do, and
+acts: it wakes the waiters of dispatched requests, raises :class:`Rejected`, and runs timers for
+wait limits, additional latencies and the borrowing schedule.
+
+The fast path — an ``admit`` that finds free seats, and its release — never yields to the event
+loop and creates no task or timer. A request that has to wait gets one waiter and one
+wait-limit timer. Borrowing adjustments need no background task: while requests wait in
+queues a timer runs them every ``borrowingPeriod``; otherwise the adjustments that fell due are
+replayed (exactly, since the demand did not change) at the next call into the limiter.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from os import PathLike
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from apf_limiter.clock import Clock, RealClock, Timer, new_waiter
+from apf_limiter.config.model import Configuration
+from apf_limiter.digest import RequestDigest
+from apf_limiter.engine.controller import Controller
+from apf_limiter.engine.request import Request, RequestState
+from apf_limiter.engine.statistics import LimiterStatistics
+from apf_limiter.errors import ConfigError, Rejected
+
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Admission", "Limiter", "ConfigSource"]
+
+ConfigSource = Configuration | Mapping[str, object] | str | PathLike[str]
+
+_EXECUTING = RequestState.EXECUTING
+_WAITING = RequestState.WAITING
+_LINGERING = RequestState.LINGERING
+_MAX_REPLAYED_ADJUSTMENTS = 1000
+_NEVER = math.inf
+
+logger = logging.getLogger("apf_limiter")
+
+
+class Admission:
+    """One admission of a request, used as ``async with limiter.admit(digest) as admission``.
+
+    Entering waits (if needed) until the request may run, or raises :class:`Rejected`;
+    leaving releases its seats, whatever happened in the body. Inside, the attributes say how
+    the request was classified and how long it waited.
+    """
+
+    __slots__ = ("_limiter", "_digest", "_wait_limit", "_request", "_queue_wait")
+
+    def __init__(self, limiter: Limiter, digest: RequestDigest, wait_limit: float | None) -> None:
+        self._limiter = limiter
+        self._digest = digest
+        self._wait_limit = wait_limit
+        self._request: Request | None = None
+        self._queue_wait = 0.0
+
+    @property
+    def _started(self) -> Request:
+        request = self._request
+        if request is None:
+            raise RuntimeError("the admission has not been entered yet (use 'async with')")
+        return request
+
+    @property
+    def flow_schema(self) -> str:
+        """The name of the flow schema that matched the request."""
+        return self._started.flow_schema
+
+    @property
+    def priority_level(self) -> str:
+        """The name of the priority level the request runs at."""
+        return self._started.priority_level
+
+    @property
+    def distinguisher(self) -> str:
+        """The request's flow distinguisher (e.g. the user name for ``ByUser``)."""
+        return self._started.distinguisher
+
+    @property
+    def queue_wait(self) -> float:
+        """Seconds the request waited in a queue (0 when it was admitted at once)."""
+        self._started  # noqa: B018 -- raises when not entered
+        return self._queue_wait
+
+    @property
+    def seats(self) -> int:
+        """Seats the request holds while executing (after clamping to the level's maxSeats)."""
+        return self._started.initial_seats
+
+    @property
+    def final_seats(self) -> int:
+        """Seats held for the additional latency after the request finishes."""
+        return self._started.final_seats
+
+    @property
+    def additional_latency(self) -> float:
+        """Seconds the final seats stay held after the request finishes."""
+        return self._started.additional_latency
+
+    @property
+    def digest(self) -> RequestDigest:
+        """The request digest that was admitted."""
+        return self._digest
+
+    async def __aenter__(self) -> Admission:
+        if self._request is not None:
+            raise RuntimeError("an Admission can be entered only once")
+        limiter = self._limiter
+        now = limiter._clock.now()
+        if now >= limiter._next_check:
+            limiter._housekeeping(now)
+        request, dispatched = limiter._controller.start(self._digest, now)
+        self._request = request
+        state = request.state
+        if state is _EXECUTING:
+            if len(dispatched) > 1:
+                _wake(dispatched)
+            return self
+        if dispatched:
+            _wake(dispatched)
+        if state is not _WAITING:
+            raise limiter._rejected(request, now)
+        # Waiting is inlined here (not a helper coroutine) to keep one frame per waiter.
+        waiter = request.handle = new_waiter()
+        wait_limit = self._wait_limit
+        if wait_limit is None:
+            wait_limit = limiter._config.request_wait_limit
+        timer = limiter._clock.call_later(wait_limit, limiter._on_wait_limit, request)
+        limiter._arm_borrowing_timer(now)
+        try:
+            await waiter.wait()
+        except BaseException:
+            timer.cancel()
+            limiter._abandon(request)
+            raise
+        timer.cancel()
+        if request.state is not _EXECUTING:
+            raise limiter._rejected(request, limiter._clock.now())
+        self._queue_wait = request.start_time - request.arrival_time
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        request = self._request
+        if request is not None and request.state is _EXECUTING:
+            self._limiter._finish(request)
+
+    def __repr__(self) -> str:
+        request = self._request
+        if request is None:
+            return f"<Admission (not entered) {self._digest!r}>"
+        return (
+            f"<Admission {request.flow_schema}/{request.priority_level} "
+            f"{request.state.name.lower()} seats={request.max_seats} "
+            f"queue_wait={self._queue_wait:.6f}s>"
+        )
+
+
+def _wake(dispatched: Sequence[Request]) -> None:
+    for request in dispatched:
+        waiter = request.handle
+        if waiter is not None:
+            waiter.set()
+
+
+class Limiter:
+    """Kubernetes API Priority and Fairness for asyncio (and trio) code.
+
+    Args:
+        config: ``None`` for the built-in web-app configuration, or a configuration mapping,
+            a path to a YAML/JSON file, or a loaded :class:`Configuration`.
+        clock: The time source; :class:`apf_limiter.testing.FakeClock` makes every timing
+            behaviour deterministic. Defaults to the real (monotonic) clock.
+        hash_seed: Seed of the flow hash; ``None`` picks a random one, so clients cannot
+            pre-compute flows that collide with a victim's queues.
+
+    Raises:
+        ConfigError: If the configuration is invalid.
+    """
+
+    def __init__(
+        self,
+        config: ConfigSource | None = None,
+        *,
+        clock: Clock | None = None,
+        hash_seed: int | None = None,
+    ) -> None:
+        self._config = _load(config)
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
+        now = self._clock.now()
+        self._controller = Controller(self._config, hash_seed=self._hash_seed, now=now)
+        self._period = self._config.borrowing_period
+        self._next_adjustment = now + self._period
+        self._borrowing_timer: Timer | None = None
+        self._config_path: str | None = None
+        self._config_stamp: tuple[int, int, int] | None = None
+        self._reload_interval = 0.0
+        self._next_reload = _NEVER
+        # One comparison on the fast path covers both kinds of housekeeping.
+        self._next_check = self._next_adjustment
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | PathLike[str],
+        *,
+        reload: bool = False,
+        reload_interval: float = 1.0,
+        clock: Clock | None = None,
+        hash_seed: int | None = None,
+    ) -> Limiter:
+        """Create a limiter from a YAML or JSON file, optionally reloading it when it changes.
+
+        With ``reload=True`` the file is checked at most every ``reload_interval`` seconds,
+        on the next call into the limiter (no background task). A changed file is applied
+        with :meth:`reconfigure`; a file that fails to load is logged with all its problems
+        and the running configuration is kept.
+
+        Raises:
+            ConfigError: If the file does not load at first.
+        """
+        limiter = cls(path, clock=clock, hash_seed=hash_seed)
+        limiter._config_path = os.fspath(path)
+        limiter._config_stamp = _stamp(limiter._config_path)
+        if reload:
+            if not reload_interval > 0:
+                raise ValueError(f"reload_interval must be positive, got {reload_interval!r}")
+            limiter._reload_interval = reload_interval
+            limiter._next_reload = limiter._clock.now() + reload_interval
+            limiter._next_check = min(limiter._next_adjustment, limiter._next_reload)
+        return limiter
+
+    def reload(self) -> bool:
+        """Reload the configuration file now if it changed (``from_file`` limiters).
+
+        Returns:
+            Whether a new configuration was applied. A file that fails to load is logged
+            (with all its problems) and leaves the running configuration in force.
+
+        Raises:
+            RuntimeError: If the limiter was not created with :meth:`from_file`.
+        """
+        if self._config_path is None:
+            raise RuntimeError("reload() needs a limiter created with Limiter.from_file()")
+        stamp = _stamp(self._config_path)
+        if stamp == self._config_stamp:
+            return False
+        self._config_stamp = stamp
+        try:
+            self.reconfigure(self._config_path)
+        except ConfigError as exc:
+            problems = [str(problem) for problem in exc.problems]
+            logger.error(
+                "configuration file %s rejected; keeping the running configuration:\n%s",
+                self._config_path,
+                "\n".join(f"  {problem}" for problem in problems),
+                extra={"config_path": self._config_path, "problems": problems},
+            )
+            return False
+        logger.info(
+            "configuration file %s applied",
+            self._config_path,
+            extra={"config_path": self._config_path},
+        )
+        return True
+
+    @property
+    def config(self) -> Configuration:
+        """The configuration in force."""
+        return self._config
+
+    @property
+    def clock(self) -> Clock:
+        """The limiter's clock."""
+        return self._clock
+
+    @property
+    def hash_seed(self) -> int:
+        """The seed of the flow hash."""
+        return self._hash_seed
+
+    def admit(self, digest: RequestDigest, *, wait_limit: float | None = None) -> Admission:
+        """Admit a request: ``async with limiter.admit(digest) as admission: ...``.
+
+        Args:
+            digest: What classification needs to know of the request.
+            wait_limit: Seconds the request may wait in a queue; defaults to the
+                configuration's ``requestWaitLimit``.
+
+        Returns:
+            An :class:`Admission`, to be entered with ``async with``. Entering raises
+            :class:`Rejected` (reason ``queue-full``, ``concurrency-limit`` or ``time-out``)
+            when the request may not run; cancelling the waiting task removes the request
+            from its queue.
+        """
+        if wait_limit is not None and not wait_limit >= 0:
+            raise ValueError(f"wait_limit must be a non-negative number, got {wait_limit!r}")
+        return Admission(self, digest, wait_limit)
+
+    def statistics(self) -> LimiterStatistics:
+        """Return a frozen snapshot of every priority level and flow schema."""
+        self._catch_up(self._clock.now())
+        return self._controller.statistics()
+
+    def reconfigure(self, config: ConfigSource) -> None:
+        """Apply a new configuration atomically; queued and executing requests survive.
+
+        Everything is validated first: an invalid configuration raises :class:`ConfigError`
+        and changes nothing. Then levels are reconfigured (removed busy levels drain first),
+        the flow schemas re-sorted and a borrowing adjustment run.
+
+        Raises:
+            ConfigError: If the configuration is invalid.
+        """
+        loaded = _load(config)
+        now = self._clock.now()
+        self._catch_up(now)
+        dispatched = self._controller.apply(loaded, now)
+        self._config = loaded
+        if loaded.borrowing_period != self._period:
+            self._period = loaded.borrowing_period
+            self._next_adjustment = now + self._period
+            self._next_check = min(self._next_adjustment, self._next_reload)
+            self._cancel_borrowing_timer()
+        _wake(dispatched)
+        self._arm_borrowing_timer(now)
+
+    def adjust_borrowing(self) -> None:
+        """Run one borrowing adjustment now (the periodic schedule is not moved)."""
+        now = self._clock.now()
+        self._catch_up(now)
+        _wake(self._controller.adjust_borrowing(now))
+
+    def close(self) -> None:
+        """Stop the borrowing timer (requests still release normally)."""
+        self._cancel_borrowing_timer()
+
+    # ----------------------------------------------------------------------------------------
+    # internals
+
+    def _on_wait_limit(self, request: Request) -> None:
+        if request.state is not _WAITING:
+            return
+        now = self._clock.now()
+        self._catch_up(now)
+        _wake(self._controller.cancel(request, now, timed_out=True))
+        request.handle.set()
+
+    def _abandon(self, request: Request) -> None:
+        """The waiting task was cancelled: take the request out, or hand its seats back."""
+        now = self._clock.now()
+        state = request.state
+        if state is _WAITING:
+            self._catch_up(now)
+            _wake(self._controller.cancel(request, now, timed_out=False))
+            self._controller.record_rejection(request, now)
+        elif state is _EXECUTING:
+            # Dispatched while the cancellation was on its way: the seats go to the next one.
+            self._finish(request)
+
+    def _finish(self, request: Request) -> None:
+        now = self._clock.now()
+        if now >= self._next_check:
+            self._housekeeping(now)
+        dispatched = self._controller.finish(request, now)
+        if request.state is _LINGERING:
+            self._clock.call_later(request.additional_latency, self._release, request)
+        if dispatched:
+            _wake(dispatched)
+
+    def _release(self, request: Request) -> None:
+        now = self._clock.now()
+        self._catch_up(now)
+        _wake(self._controller.release(request, now))
+
+    def _rejected(self, request: Request, now: float) -> Rejected:
+        retry_after = self._controller.record_rejection(request, now)
+        reason: Any = request.reject_reason
+        return Rejected(
+            reason,
+            priority_level=request.priority_level,
+            flow_schema=request.flow_schema,
+            retry_after=retry_after,
+        )
+
+    def _housekeeping(self, now: float) -> None:
+        if now >= self._next_reload:
+            self._next_reload = now + self._reload_interval
+            self.reload()
+        self._catch_up(now)
+
+    def _catch_up(self, now: float) -> None:
+        """Run the borrowing adjustments that fell due up to ``now``."""
+        due = self._next_adjustment
+        if now < due:
+            return
+        period = self._period
+        replayed = 0
+        while due <= now and replayed < _MAX_REPLAYED_ADJUSTMENTS:
+            # Nothing changed since the last event, so adjusting "late" at the due time is
+            # exactly what a timer would have done.
+            _wake(self._controller.adjust_borrowing(due))
+            due += period
+            replayed += 1
+        if due <= now:
+            # A long idle stretch: the smoothed demand has long decayed; resume on the grid.
+            _wake(self._controller.adjust_borrowing(now))
+            due += period * math.ceil((now - due) / period + 1e-9)
+        self._next_adjustment = due
+        self._next_check = min(due, self._next_reload)
+
+    def _arm_borrowing_timer(self, now: float) -> None:
+        if self._borrowing_timer is None and self._controller.waiting_requests:
+            self._borrowing_timer = self._clock.call_later(
+                self._next_adjustment - now, self._on_borrowing_timer
+            )
+
+    def _on_borrowing_timer(self) -> None:
+        self._borrowing_timer = None
+        now = self._clock.now()
+        self._catch_up(now)
+        self._arm_borrowing_timer(now)
+
+    def _cancel_borrowing_timer(self) -> None:
+        if self._borrowing_timer is not None:
+            self._borrowing_timer.cancel()
+            self._borrowing_timer = None
+
+    def __repr__(self) -> str:
+        parts = []
+        for state in self._controller.levels.values():
+            qs = state.queue_set
+            parts.append(
+                f"{qs.name}: {qs.seats_in_use}/{qs.concurrency_limit} seats, "
+                f"{qs.requests_executing} executing, {qs.requests_waiting} waiting"
+            )
+        return f"<Limiter {'; '.join(parts)}>"
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+def _load(config: ConfigSource | None) -> Configuration:
+    if config is None:
+        from apf_limiter.config.defaults import default_configuration
+
+        return default_configuration()
+    from apf_limiter.config.loader import load_config
+
+    return load_config(config)

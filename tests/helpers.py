@@ -1,0 +1,75 @@
+"""Configuration builders shared by the tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+EVERYONE_EVERYTHING: list[dict[str, Any]] = [
+    {
+        "subjects": [{"kind": "Group", "group": {"name": "*"}}],
+        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        "resourceRules": [
+            {
+                "verbs": ["*"],
+                "apiGroups": ["*"],
+                "resources": ["*"],
+                "namespaces": ["*"],
+                "clusterScope": True,
+            }
+        ],
+    }
+]
+
+
+def single_level_config(
+    *,
+    limit: int = 1,
+    queues: int = 1,
+    hand_size: int = 1,
+    queue_length_limit: int = 10,
+    reject: bool = False,
+    wait_limit: float = 15.0,
+    distinguisher: str = "ByUser",
+    borrowing_period: float = 10.0,
+) -> dict[str, Any]:
+    """One limited level ``test`` whose current limit is exactly ``limit`` seats.
+
+    The level has 10000 shares beside catch-all's 5, so its nominal limit is ``limit`` (for
+    ``limit`` up to 2000) and, with nothing lendable, borrowing never moves it.
+    """
+    if reject:
+        response: dict[str, Any] = {"type": "Reject"}
+    else:
+        response = {
+            "type": "Queue",
+            "queuing": {
+                "queues": queues,
+                "handSize": hand_size,
+                "queueLengthLimit": queue_length_limit,
+            },
+        }
+    return {
+        "serverConcurrencyLimit": limit,
+        "requestWaitLimit": wait_limit,
+        "borrowingPeriod": borrowing_period,
+        "priorityLevels": [
+            {
+                "name": "test",
+                "type": "Limited",
+                "limited": {
+                    "nominalConcurrencyShares": 10000,
+                    "lendablePercent": 0,
+                    "limitResponse": response,
+                },
+            }
+        ],
+        "flowSchemas": [
+            {
+                "name": "test",
+                "priorityLevelConfiguration": {"name": "test"},
+                "matchingPrecedence": 100,
+                "distinguisherMethod": {"type": distinguisher},
+                "rules": EVERYONE_EVERYTHING,
+            }
+        ],
+    }

@@ -1,0 +1,363 @@
+"""The async shell: admission, rejection, wait limits, cancellation, hand-off, statistics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from apf_limiter import Limiter, Rejected, RequestDigest
+from apf_limiter.testing import FakeClock
+from tests.helpers import single_level_config
+
+
+def _digest(user: str = "alice", **kwargs: Any) -> RequestDigest:
+    return RequestDigest(user=user, groups=("system:authenticated",), **kwargs)
+
+
+class Hold:
+    """A task that holds an admission until released."""
+
+    def __init__(self, limiter: Limiter, digest: RequestDigest, **kwargs: Any) -> None:
+        self.release = asyncio.Event()
+        self.entered = False
+        self.error: BaseException | None = None
+        self.queue_wait: float | None = None
+        self.task = asyncio.get_running_loop().create_task(self._run(limiter, digest, kwargs))
+
+    async def _run(self, limiter: Limiter, digest: RequestDigest, kwargs: dict[str, Any]) -> None:
+        try:
+            async with limiter.admit(digest, **kwargs) as admission:
+                self.entered = True
+                self.queue_wait = admission.queue_wait
+                await self.release.wait()
+        except Rejected as exc:
+            self.error = exc
+
+
+async def test_fast_path_admits_without_yielding_to_the_event_loop() -> None:
+    limiter = Limiter(single_level_config(limit=2), clock=FakeClock())
+    admission = limiter.admit(_digest())
+    enter = admission.__aenter__()
+    with pytest.raises(StopIteration) as entered:
+        enter.send(None)
+    assert entered.value.value is admission
+    assert admission.flow_schema == "test"
+    assert admission.priority_level == "test"
+    assert admission.queue_wait == 0.0
+    assert admission.seats == 1
+    assert admission.distinguisher == "alice"
+    assert limiter.statistics().priority_levels["test"].executing_requests == 1
+    leave = admission.__aexit__(None, None, None)
+    with pytest.raises(StopIteration):
+        leave.send(None)
+    assert limiter.statistics().priority_levels["test"].executing_requests == 0
+
+
+async def test_queued_request_runs_when_seats_free_and_reports_its_wait() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    first = Hold(limiter, _digest("a"))
+    second = Hold(limiter, _digest("b"))
+    await clock.advance(0)
+    assert first.entered and not second.entered
+    stats = limiter.statistics().priority_levels["test"]
+    assert (stats.executing_requests, stats.waiting_requests) == (1, 1)
+    await clock.advance(2.5)
+    first.release.set()
+    await clock.advance(0)
+    assert second.entered
+    assert second.queue_wait == 2.5
+    second.release.set()
+    await asyncio.gather(first.task, second.task)
+    stats = limiter.statistics().priority_levels["test"]
+    assert (stats.executing_requests, stats.waiting_requests, stats.dispatched) == (0, 0, 2)
+
+
+async def test_reject_level_raises_concurrency_limit_with_retry_after() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1, reject=True), clock=clock)
+    holder = Hold(limiter, _digest())
+    await clock.advance(0)
+    with pytest.raises(Rejected) as info:
+        async with limiter.admit(_digest("bob")):
+            pytest.fail("must not run")
+    assert info.value.reason == "concurrency-limit"
+    assert info.value.priority_level == "test"
+    assert info.value.flow_schema == "test"
+    assert info.value.retry_after == 1
+    holder.release.set()
+    await holder.task
+    stats = limiter.statistics()
+    assert stats.priority_levels["test"].rejected["concurrency-limit"] == 1
+    assert stats.flow_schemas["test"].rejected["concurrency-limit"] == 1
+
+
+async def test_full_queue_rejects_with_queue_full() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1, queue_length_limit=1), clock=clock)
+    running, waiting = Hold(limiter, _digest("a")), Hold(limiter, _digest("b"))
+    await clock.advance(0)
+    with pytest.raises(Rejected) as info:
+        async with limiter.admit(_digest("c")):
+            pytest.fail("must not run")
+    assert info.value.reason == "queue-full"
+    running.release.set()
+    await clock.advance(0)
+    waiting.release.set()
+    await asyncio.gather(running.task, waiting.task)
+    assert limiter.statistics().priority_levels["test"].rejected["queue-full"] == 1
+
+
+async def test_wait_limit_from_config_times_out_exactly() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1, wait_limit=15), clock=clock)
+    running = Hold(limiter, _digest("a"))
+    waiting = Hold(limiter, _digest("b"))
+    await clock.advance(14.999)
+    assert waiting.error is None
+    await clock.advance(0.001)
+    assert isinstance(waiting.error, Rejected)
+    assert waiting.error.reason == "time-out"
+    assert waiting.task.done()
+    stats = limiter.statistics().priority_levels["test"]
+    assert stats.timed_out == 1 and stats.waiting_requests == 0
+    assert stats.rejected["time-out"] == 1
+    running.release.set()
+    await running.task
+
+
+async def test_per_call_wait_limit_overrides_config() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1, wait_limit=15), clock=clock)
+    running = Hold(limiter, _digest("a"))
+    waiting = Hold(limiter, _digest("b"), wait_limit=2.0)
+    await clock.advance(2.0)
+    assert isinstance(waiting.error, Rejected) and waiting.error.reason == "time-out"
+    running.release.set()
+    await running.task
+    with pytest.raises(ValueError, match="wait_limit"):
+        limiter.admit(_digest(), wait_limit=-1)
+
+
+async def test_cancelling_a_queued_task_removes_it_and_reraises() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    running = Hold(limiter, _digest("a"))
+    waiting = Hold(limiter, _digest("b"))
+    await clock.advance(1)
+    waiting.task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting.task
+    assert not waiting.entered
+    stats = limiter.statistics()
+    assert stats.priority_levels["test"].waiting_requests == 0
+    assert stats.priority_levels["test"].cancelled == 1
+    assert stats.flow_schemas["test"].cancelled == 1
+    running.release.set()
+    await running.task
+    assert limiter.statistics().priority_levels["test"].dispatched == 1
+
+
+async def test_cancellation_racing_with_dispatch_hands_the_seats_on() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    async with limiter.admit(_digest("a")):
+        second = Hold(limiter, _digest("b"))
+        third = Hold(limiter, _digest("c"))
+        await clock.advance(0)
+        assert limiter.statistics().priority_levels["test"].waiting_requests == 2
+    # Leaving dispatched the second request; its task is cancelled before it could run.
+    second.task.cancel()
+    await clock.advance(0)
+    assert second.task.cancelled()
+    assert not second.entered
+    assert third.entered, "the cancelled request's seats must go to the next one"
+    third.release.set()
+    await third.task
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.executing_seats, level.waiting_requests) == (0, 0, 0)
+    assert level.dispatched == 3
+
+
+async def test_exception_in_body_releases_seats_and_propagates() -> None:
+    limiter = Limiter(single_level_config(limit=1, reject=True), clock=FakeClock())
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        async with limiter.admit(_digest()):
+            raise Boom
+    # The next request on the concurrency-1 level is not rejected.
+    async with limiter.admit(_digest()) as admission:
+        assert admission.priority_level == "test"
+    assert limiter.statistics().priority_levels["test"].executing_requests == 0
+
+
+async def test_additional_latency_holds_final_seats_after_exit() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=10), clock=clock)
+    digest = _digest(seats=1, final_seats=1, additional_latency=5.0)
+    async with limiter.admit(digest) as admission:
+        assert admission.final_seats == 1
+        assert admission.additional_latency == 5.0
+    stats = limiter.statistics().priority_levels["test"]
+    assert (stats.executing_requests, stats.executing_seats) == (0, 1)
+    await clock.advance(4.9)
+    assert limiter.statistics().priority_levels["test"].executing_seats == 1
+    await clock.advance(0.1)
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
+async def test_seats_are_clamped_to_max_seats() -> None:
+    limiter = Limiter(single_level_config(limit=100, queues=8, hand_size=4), clock=FakeClock())
+    # maxSeats = max(1, min(ceil(0.15 × 100), 100 // 4)) = 15
+    async with limiter.admit(_digest(seats=40, final_seats=50, additional_latency=1)) as adm:
+        assert adm.seats == 15
+        assert adm.final_seats == 15
+    assert limiter.statistics().priority_levels["test"].max_seats == 15
+
+
+async def test_admission_misuse() -> None:
+    limiter = Limiter(single_level_config(limit=1), clock=FakeClock())
+    admission = limiter.admit(_digest())
+    with pytest.raises(RuntimeError, match="not been entered"):
+        _ = admission.flow_schema
+    async with admission:
+        pass
+    with pytest.raises(RuntimeError, match="only once"):
+        async with admission:
+            pass
+    assert "Admission" in repr(admission)
+
+
+async def test_statistics_and_repr_show_live_counts() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=2), clock=clock)
+    holders = [Hold(limiter, _digest(f"u{i}")) for i in range(3)]
+    await clock.advance(0)
+    stats = limiter.statistics()
+    level = stats.priority_levels["test"]
+    assert (level.executing_requests, level.executing_seats) == (2, 2)
+    assert (level.waiting_requests, level.waiting_seats) == (1, 1)
+    assert (level.nominal_limit, level.current_limit, level.lower_limit) == (2, 2, 2)
+    assert stats.flow_schemas["test"].matched == 3
+    assert stats.flow_schemas["test"].executing_requests == 2
+    assert stats.flow_schemas["test"].waiting_requests == 1
+    assert stats.executing_requests == 2 and stats.waiting_requests == 1
+    assert "test: 2/2 seats, 2 executing, 1 waiting" in repr(limiter)
+    for holder in holders:
+        holder.release.set()
+        await clock.advance(0)
+    await asyncio.gather(*(h.task for h in holders))
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.waiting_requests, level.executing_seats) == (0, 0, 0)
+
+
+async def test_context_cancel_of_a_queued_request() -> None:
+    # Kubernetes TestContextCancel: 11 queues, hand 1, limit 1. Request 1 runs; inside it
+    # request 2 is started and cancelled 1 s later: it never runs and ends exactly then.
+    clock = FakeClock()
+    config = single_level_config(limit=1, queues=11, hand_size=1, queue_length_limit=11)
+    limiter = Limiter(config, clock=clock, hash_seed=7)
+    ended_at: list[float] = []
+    ran = []
+
+    async def second() -> None:
+        try:
+            async with limiter.admit(_digest("two")):
+                ran.append(2)
+        finally:
+            ended_at.append(clock.now())
+
+    async with limiter.admit(_digest("one")):
+        task = asyncio.get_running_loop().create_task(second())
+        await clock.advance(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert ran == []
+    assert ended_at == [1.0]
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.waiting_requests, level.cancelled) == (0, 0, 1)
+
+
+async def _run_storm(limiter: Limiter, clock: FakeClock, count: int, seed: int) -> dict[str, int]:
+    import random
+
+    rng = random.Random(seed)
+    outcomes = {"executed": 0, "rejected": 0, "cancelled": 0, "failed": 0}
+
+    class Failure(Exception):
+        pass
+
+    async def one(i: int) -> None:
+        digest = _digest(f"user{rng.randrange(50)}")
+        hold = rng.choice([0, 0.01, 0.05, 0.2])
+        fail = rng.random() < 0.1
+        try:
+            async with limiter.admit(digest, wait_limit=rng.choice([0.05, 0.2, 1.0])):
+                await clock.sleep(hold)
+                if fail:
+                    raise Failure
+            outcomes["executed"] += 1
+        except Rejected:
+            outcomes["rejected"] += 1
+        except Failure:
+            outcomes["failed"] += 1
+        except asyncio.CancelledError:
+            outcomes["cancelled"] += 1
+
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+    for i in range(count):
+        tasks.append(loop.create_task(one(i)))
+        if i % 20 == 19:
+            await clock.advance(0.01)
+            for task in rng.sample(tasks[-20:], 3):
+                task.cancel()
+    await clock.run_until_idle()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return outcomes
+
+
+async def test_cancellation_storm_accounts_for_every_request() -> None:
+    clock = FakeClock()
+    config = single_level_config(limit=8, queues=16, hand_size=4, queue_length_limit=20)
+    limiter = Limiter(config, clock=clock, hash_seed=1)
+    outcomes = await _run_storm(limiter, clock, 10_000, seed=42)
+    assert sum(outcomes.values()) == 10_000
+    assert all(outcomes[kind] > 0 for kind in outcomes), outcomes
+    stats = limiter.statistics()
+    level = stats.priority_levels["test"]
+    assert (level.executing_requests, level.executing_seats) == (0, 0)
+    assert (level.waiting_requests, level.waiting_seats) == (0, 0)
+    schema = stats.flow_schemas["test"]
+    assert schema.matched == 10_000
+    # Executed and failed requests were dispatched; every other one ended without running
+    # (a request dispatched while its task was being cancelled counts as dispatched).
+    ran = outcomes["executed"] + outcomes["failed"]
+    rejected = sum(schema.rejected.values())
+    assert schema.dispatched >= ran
+    assert schema.dispatched + rejected + schema.cancelled == 10_000
+    assert outcomes["rejected"] == rejected
+    assert schema.executing_requests == 0 and schema.waiting_requests == 0
+
+
+async def test_real_clock_wait_limit_and_additional_latency() -> None:
+    limiter = Limiter(single_level_config(limit=1))
+    loop = asyncio.get_running_loop()
+    async with limiter.admit(_digest("a")):
+        start = loop.time()
+        with pytest.raises(Rejected) as info:
+            async with limiter.admit(_digest("b"), wait_limit=0.02):
+                pytest.fail("must not run")
+        assert info.value.reason == "time-out"
+        assert loop.time() - start >= 0.015
+    async with limiter.admit(_digest(final_seats=1, additional_latency=0.02)):
+        pass
+    assert limiter.statistics().priority_levels["test"].executing_seats == 1
+    await asyncio.sleep(0.05)
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0

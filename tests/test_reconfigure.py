@@ -1,0 +1,260 @@
+"""Live reconfiguration: atomic, validated first, no request lost; hot reload of a file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apf_limiter import ConfigError, Limiter, Rejected, RequestDigest
+from apf_limiter.testing import FakeClock
+from tests.helpers import EVERYONE_EVERYTHING, single_level_config
+
+
+def _level(name: str, shares: int, queues: int, hand: int, qll: int = 20) -> dict[str, Any]:
+    return {
+        "name": name,
+        "limited": {
+            "nominalConcurrencyShares": shares,
+            "lendablePercent": 30,
+            "limitResponse": {
+                "type": "Queue",
+                "queuing": {"queues": queues, "handSize": hand, "queueLengthLimit": qll},
+            },
+        },
+    }
+
+
+def _schema(name: str, level: str, user_prefix: str, precedence: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "priorityLevelConfiguration": {"name": level},
+        "matchingPrecedence": precedence,
+        "distinguisherMethod": {"type": "ByUser"},
+        "rules": [
+            {
+                "subjects": [{"kind": "Group", "group": {"name": user_prefix}}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            }
+        ],
+    }
+
+
+def _config(levels: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> dict[str, Any]:
+    fallback = {
+        "name": "fallback",
+        "priorityLevelConfiguration": {"name": levels[0]["name"]},
+        "matchingPrecedence": 9000,
+        "rules": EVERYONE_EVERYTHING,
+    }
+    return {
+        "serverConcurrencyLimit": 12,
+        "priorityLevels": levels,
+        "flowSchemas": [*schemas, fallback],
+    }
+
+
+async def test_invalid_config_raises_and_changes_nothing() -> None:
+    limiter = Limiter(single_level_config(limit=3), clock=FakeClock())
+    before = limiter.config
+    stats_before = limiter.statistics()
+    bad = single_level_config(limit=3)
+    bad["priorityLevels"][0]["limited"]["lendablePercent"] = 101
+    bad["flowSchemas"][0]["matchingPrecedence"] = 0.5
+    with pytest.raises(ConfigError) as info:
+        limiter.reconfigure(bad)
+    assert len(info.value.problems) == 2
+    assert limiter.config is before
+    assert limiter.statistics().priority_levels == stats_before.priority_levels
+
+
+async def test_queued_and_executing_requests_survive_reconfiguration() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1, queues=4, hand_size=2), clock=clock)
+    done: list[str] = []
+
+    async def run(user: str) -> None:
+        async with limiter.admit(RequestDigest(user=user)):
+            await clock.sleep(1)
+        done.append(user)
+
+    tasks = [asyncio.get_running_loop().create_task(run(f"u{i}")) for i in range(4)]
+    await clock.advance(0.5)
+    # More queues, a different hand, a raised limit: everything keeps going.
+    limiter.reconfigure(single_level_config(limit=2, queues=8, hand_size=3))
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.queues, level.current_limit) == (8, 2)
+    assert level.executing_requests == 2  # the raised limit dispatched one at once
+    await clock.run_until_idle()
+    await asyncio.gather(*tasks)
+    assert sorted(done) == ["u0", "u1", "u2", "u3"]
+
+
+async def test_removed_busy_level_quiesces_then_disappears_and_can_return() -> None:
+    clock = FakeClock()
+    two = _config(
+        [_level("a", 10, 4, 2), _level("b", 10, 4, 2)],
+        [_schema("fs-a", "a", "ga", 100), _schema("fs-b", "b", "gb", 100)],
+    )
+    limiter = Limiter(two, clock=clock)
+    release = asyncio.Event()
+
+    async def hold(group: str) -> None:
+        async with limiter.admit(RequestDigest(user="u", groups=(group,))):
+            await release.wait()
+
+    task = asyncio.get_running_loop().create_task(hold("gb"))
+    await clock.advance(0)
+    nominal_a = limiter.statistics().priority_levels["a"].nominal_limit
+    one = _config([_level("a", 10, 4, 2)], [_schema("fs-a", "a", "ga", 100)])
+    limiter.reconfigure(one)
+    stats = limiter.statistics()
+    assert stats.priority_levels["b"].quiescing
+    assert stats.priority_levels["b"].executing_requests == 1
+    assert "fs-b" not in stats.flow_schemas
+    # New requests of b's old users now go elsewhere.
+    async with limiter.admit(RequestDigest(user="u", groups=("gb",))) as admission:
+        assert admission.priority_level == "a"
+    # Shares still count while b drains: a's nominal limit is unchanged.
+    assert stats.priority_levels["a"].nominal_limit == nominal_a
+    release.set()
+    await task
+    stats = limiter.statistics()
+    assert "b" not in stats.priority_levels
+    # With b gone, a's share of the server grows.
+    assert stats.priority_levels["a"].nominal_limit > nominal_a
+    # A level that reappears is created again and works.
+    limiter.reconfigure(two)
+    async with limiter.admit(RequestDigest(user="u", groups=("gb",))) as admission:
+        assert admission.priority_level == "b"
+
+
+async def test_level_reappearing_while_quiescing_is_reused() -> None:
+    clock = FakeClock()
+    two = _config(
+        [_level("a", 10, 4, 2), _level("b", 10, 4, 2)],
+        [_schema("fs-a", "a", "ga", 100), _schema("fs-b", "b", "gb", 100)],
+    )
+    limiter = Limiter(two, clock=clock)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with limiter.admit(RequestDigest(user="u", groups=("gb",))):
+            await release.wait()
+
+    task = asyncio.get_running_loop().create_task(hold())
+    await clock.advance(0)
+    limiter.reconfigure(_config([_level("a", 10, 4, 2)], [_schema("fs-a", "a", "ga", 100)]))
+    assert limiter.statistics().priority_levels["b"].quiescing
+    limiter.reconfigure(two)
+    level = limiter.statistics().priority_levels["b"]
+    assert not level.quiescing
+    assert (level.executing_requests, level.dispatched) == (1, 1)
+    release.set()
+    await task
+    assert limiter.statistics().priority_levels["b"].dispatched == 1
+
+
+def _random_config(rng: random.Random) -> dict[str, Any]:
+    names = rng.sample(["red", "green", "blue", "cyan"], rng.randint(1, 4))
+    levels = []
+    for name in names:
+        queues = rng.choice([1, 2, 4, 8, 16])
+        levels.append(_level(name, rng.randint(0, 40), queues, rng.randint(1, min(queues, 4))))
+    schemas = [
+        _schema(f"fs-{name}", name, f"g{rng.randrange(3)}", 100 + i) for i, name in enumerate(names)
+    ]
+    return _config(levels, schemas)
+
+
+async def test_reconfiguration_under_load_loses_and_duplicates_nothing() -> None:
+    clock = FakeClock()
+    rng = random.Random(2024)
+    limiter = Limiter(_random_config(rng), clock=clock, hash_seed=5)
+    executions: dict[int, int] = {}
+    outcomes: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        digest = RequestDigest(user=f"user{i % 7}", groups=(f"g{i % 3}",))
+        try:
+            async with limiter.admit(digest, wait_limit=2.0):
+                executions[i] = executions.get(i, 0) + 1
+                await clock.sleep(rng.choice([0.01, 0.1, 0.5]))
+            outcome = "executed"
+        except Rejected as exc:
+            outcome = exc.reason
+        assert i not in outcomes, "a request ended twice"
+        outcomes[i] = outcome
+
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+    for step in range(60):
+        tasks.extend(loop.create_task(one(step * 20 + k)) for k in range(20))
+        await clock.advance(0.05)
+        if step % 3 == 0:
+            if step % 9 == 0:
+                current = limiter.config
+                with pytest.raises(ConfigError):
+                    bad = _random_config(rng)
+                    bad["priorityLevels"][0]["limited"]["limitResponse"]["queuing"]["handSize"] = 99
+                    limiter.reconfigure(bad)
+                assert limiter.config is current
+            else:
+                limiter.reconfigure(_random_config(rng))
+    await clock.run_until_idle()
+    await asyncio.gather(*tasks)
+    assert len(outcomes) == 1200
+    assert all(count == 1 for count in executions.values())
+    assert set(executions) == {i for i, o in outcomes.items() if o == "executed"}
+    assert set(outcomes.values()) >= {"executed"}
+    stats = limiter.statistics()
+    assert stats.executing_requests == 0 and stats.waiting_requests == 0
+    assert stats.executing_seats == 0
+    assert not any(level.quiescing for level in stats.priority_levels.values())
+
+
+async def test_hot_reload_of_a_file_good_and_bad(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "apf.json"
+    path.write_text(json.dumps(single_level_config(limit=2)))
+    clock = FakeClock()
+    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
+    assert limiter.statistics().priority_levels["test"].current_limit == 2
+
+    path.write_text(json.dumps(single_level_config(limit=5)))
+    async with limiter.admit(RequestDigest(user="u")):
+        pass
+    # Checked at most once per interval: not yet.
+    assert limiter.statistics().priority_levels["test"].current_limit == 2
+    await clock.advance(1)
+    async with limiter.admit(RequestDigest(user="u")):
+        pass
+    assert limiter.statistics().priority_levels["test"].current_limit == 5
+
+    bad = single_level_config(limit=5)
+    bad["priorityLevels"][0]["limited"]["lendablePercent"] = -1
+    bad["serverConcurrencyLimit"] = 0
+    path.write_text(json.dumps(bad))
+    await clock.advance(1)
+    with caplog.at_level(logging.ERROR, logger="apf_limiter"):
+        async with limiter.admit(RequestDigest(user="u")):
+            pass
+    assert limiter.statistics().priority_levels["test"].current_limit == 5
+    (record,) = [r for r in caplog.records if "rejected" in r.getMessage()]
+    assert "lendablePercent" in record.getMessage()
+    assert "serverConcurrencyLimit" in record.getMessage()
+    assert len(record.problems) == 2  # type: ignore[attr-defined]
+    # Unchanged file: nothing to do.
+    assert limiter.reload() is False
+
+
+def test_reload_needs_a_file() -> None:
+    limiter = Limiter(single_level_config(), clock=FakeClock())
+    with pytest.raises(RuntimeError, match="from_file"):
+        limiter.reload()
