@@ -29,6 +29,7 @@ from apf_limiter.engine.controller import Controller
 from apf_limiter.engine.request import Request, RequestState
 from apf_limiter.engine.statistics import LimiterStatistics
 from apf_limiter.errors import ConfigError, Rejected
+from apf_limiter.observer import Observer
 
 if TYPE_CHECKING:
     from typing import Any
@@ -121,14 +122,25 @@ class Admission:
         request, dispatched = limiter._controller.start(self._digest, now)
         self._request = request
         state = request.state
+        observer = limiter._observer
+        if observer is not None:
+            observer.request_arrived(request.priority_level, request.flow_schema, request.max_seats)
         if state is _EXECUTING:
             if len(dispatched) > 1:
                 _wake(dispatched)
+            if observer is not None:
+                observer.request_dispatched(
+                    request.priority_level, request.flow_schema, 0.0, _is_exempt(request)
+                )
             return self
         if dispatched:
             _wake(dispatched)
         if state is not _WAITING:
             raise limiter._rejected(request, now)
+        if observer is not None:
+            observer.request_enqueued(
+                request.priority_level, request.flow_schema, request.queue_length_after_enqueue
+            )
         # Waiting is inlined here (not a helper coroutine) to keep one frame per waiter.
         waiter = request.handle = new_waiter()
         wait_limit = self._wait_limit
@@ -146,6 +158,10 @@ class Admission:
         if request.state is not _EXECUTING:
             raise limiter._rejected(request, limiter._clock.now())
         self._queue_wait = request.start_time - request.arrival_time
+        if observer is not None:
+            observer.request_dispatched(
+                request.priority_level, request.flow_schema, self._queue_wait, False
+            )
         return self
 
     async def __aexit__(
@@ -169,6 +185,10 @@ class Admission:
         )
 
 
+def _is_exempt(request: Request) -> bool:
+    return bool(request.level.queue_set.desired_num_queues < 0)
+
+
 def _wake(dispatched: Sequence[Request]) -> None:
     for request in dispatched:
         waiter = request.handle
@@ -186,6 +206,7 @@ class Limiter:
             behaviour deterministic. Defaults to the real (monotonic) clock.
         hash_seed: Seed of the flow hash; ``None`` picks a random one, so clients cannot
             pre-compute flows that collide with a victim's queues.
+        observer: Receives every request's events (for metrics); ``None`` costs nothing.
 
     Raises:
         ConfigError: If the configuration is invalid.
@@ -197,8 +218,14 @@ class Limiter:
         *,
         clock: Clock | None = None,
         hash_seed: int | None = None,
+        observer: Observer | None = None,
     ) -> None:
-        self._config = _load(config)
+        self._observer = observer
+        try:
+            self._config = _load(config)
+        except ConfigError as exc:
+            self._report_rejected_config(exc, source=config)
+            raise
         self._clock: Clock = clock if clock is not None else RealClock()
         self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
         now = self._clock.now()
@@ -212,6 +239,7 @@ class Limiter:
         self._next_reload = _NEVER
         # One comparison on the fast path covers both kinds of housekeeping.
         self._next_check = self._next_adjustment
+        self._report_applied_config()
 
     @classmethod
     def from_file(
@@ -222,6 +250,7 @@ class Limiter:
         reload_interval: float = 1.0,
         clock: Clock | None = None,
         hash_seed: int | None = None,
+        observer: Observer | None = None,
     ) -> Limiter:
         """Create a limiter from a YAML or JSON file, optionally reloading it when it changes.
 
@@ -233,7 +262,7 @@ class Limiter:
         Raises:
             ConfigError: If the file does not load at first.
         """
-        limiter = cls(path, clock=clock, hash_seed=hash_seed)
+        limiter = cls(path, clock=clock, hash_seed=hash_seed, observer=observer)
         limiter._config_path = os.fspath(path)
         limiter._config_stamp = _stamp(limiter._config_path)
         if reload:
@@ -262,26 +291,19 @@ class Limiter:
         self._config_stamp = stamp
         try:
             self.reconfigure(self._config_path)
-        except ConfigError as exc:
-            problems = [str(problem) for problem in exc.problems]
-            logger.error(
-                "configuration file %s rejected; keeping the running configuration:\n%s",
-                self._config_path,
-                "\n".join(f"  {problem}" for problem in problems),
-                extra={"config_path": self._config_path, "problems": problems},
-            )
-            return False
-        logger.info(
-            "configuration file %s applied",
-            self._config_path,
-            extra={"config_path": self._config_path},
-        )
+        except ConfigError:
+            return False  # reported (logged) by reconfigure; the running config stays
         return True
 
     @property
     def config(self) -> Configuration:
         """The configuration in force."""
         return self._config
+
+    @property
+    def observer(self) -> Observer | None:
+        """The observer receiving this limiter's events, if any."""
+        return self._observer
 
     @property
     def clock(self) -> Clock:
@@ -326,9 +348,15 @@ class Limiter:
         Raises:
             ConfigError: If the configuration is invalid.
         """
-        loaded = _load(config)
+        try:
+            loaded = _load(config)
+        except ConfigError as exc:
+            self._report_rejected_config(exc, source=config)
+            raise
         now = self._clock.now()
         self._catch_up(now)
+        quiescing_before = self._quiescing_levels()
+        limits = self._limits()
         dispatched = self._controller.apply(loaded, now)
         self._config = loaded
         if loaded.borrowing_period != self._period:
@@ -338,12 +366,22 @@ class Limiter:
             self._cancel_borrowing_timer()
         _wake(dispatched)
         self._arm_borrowing_timer(now)
+        self._report_applied_config()
+        for name in sorted(self._quiescing_levels() - quiescing_before):
+            logger.info(
+                "priority level %s removed while busy; it drains before it disappears",
+                name,
+                extra={"priority_level": name},
+            )
+            if self._observer is not None:
+                self._observer.level_quiescing(name)
+        self._report_borrowing(limits)
 
     def adjust_borrowing(self) -> None:
         """Run one borrowing adjustment now (the periodic schedule is not moved)."""
         now = self._clock.now()
         self._catch_up(now)
-        _wake(self._controller.adjust_borrowing(now))
+        self._adjust(now)
 
     def close(self) -> None:
         """Stop the borrowing timer (requests still release normally)."""
@@ -370,12 +408,22 @@ class Limiter:
             self._controller.record_rejection(request, now)
         elif state is _EXECUTING:
             # Dispatched while the cancellation was on its way: the seats go to the next one.
-            self._finish(request)
+            self._finish(request, ran=False)
+        else:
+            return
+        if self._observer is not None:
+            self._observer.request_cancelled(
+                request.priority_level, request.flow_schema, now - request.arrival_time
+            )
 
-    def _finish(self, request: Request) -> None:
+    def _finish(self, request: Request, *, ran: bool = True) -> None:
         now = self._clock.now()
         if now >= self._next_check:
             self._housekeeping(now)
+        if ran and self._observer is not None:
+            self._observer.request_finished(
+                request.priority_level, request.flow_schema, now - request.start_time
+            )
         dispatched = self._controller.finish(request, now)
         if request.state is _LINGERING:
             self._clock.call_later(request.additional_latency, self._release, request)
@@ -390,6 +438,27 @@ class Limiter:
     def _rejected(self, request: Request, now: float) -> Rejected:
         retry_after = self._controller.record_rejection(request, now)
         reason: Any = request.reject_reason
+        if self._observer is not None:
+            self._observer.request_rejected(
+                request.priority_level,
+                request.flow_schema,
+                reason,
+                now - request.arrival_time,
+                _is_exempt(request),
+            )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "request rejected (%s) at priority level %s, flow schema %s",
+                reason,
+                request.priority_level,
+                request.flow_schema,
+                extra={
+                    "reason": reason,
+                    "priority_level": request.priority_level,
+                    "flow_schema": request.flow_schema,
+                    "retry_after": retry_after,
+                },
+            )
         return Rejected(
             reason,
             priority_level=request.priority_level,
@@ -413,15 +482,85 @@ class Limiter:
         while due <= now and replayed < _MAX_REPLAYED_ADJUSTMENTS:
             # Nothing changed since the last event, so adjusting "late" at the due time is
             # exactly what a timer would have done.
-            _wake(self._controller.adjust_borrowing(due))
+            self._adjust(due)
             due += period
             replayed += 1
         if due <= now:
             # A long idle stretch: the smoothed demand has long decayed; resume on the grid.
-            _wake(self._controller.adjust_borrowing(now))
+            self._adjust(now)
             due += period * math.ceil((now - due) / period + 1e-9)
         self._next_adjustment = due
         self._next_check = min(due, self._next_reload)
+
+    def _adjust(self, now: float) -> None:
+        limits = self._limits()
+        _wake(self._controller.adjust_borrowing(now))
+        self._report_borrowing(limits)
+
+    def _limits(self) -> dict[str, int]:
+        return {name: s.queue_set.concurrency_limit for name, s in self._controller.levels.items()}
+
+    def _quiescing_levels(self) -> set[str]:
+        return {name for name, state in self._controller.levels.items() if state.quiescing}
+
+    def _report_borrowing(self, before: dict[str, int]) -> None:
+        after = self._limits()
+        changes = {
+            name: (before.get(name, 0), limit)
+            for name, limit in after.items()
+            if before.get(name) != limit
+        }
+        if not changes:
+            return
+        if self._observer is not None:
+            self._observer.borrowing_adjusted(changes)
+        # Log only changes of at least 10% (and at least one seat), so that a steady state
+        # stays quiet while real shifts of capacity are visible.
+        large = {
+            name: change
+            for name, change in changes.items()
+            if abs(change[1] - change[0]) >= max(1.0, 0.1 * max(change[0], 1))
+        }
+        if large and logger.isEnabledFor(logging.INFO):
+            text = ", ".join(f"{name} {old}->{new}" for name, (old, new) in sorted(large.items()))
+            logger.info(
+                "borrowing moved seats: %s",
+                text,
+                extra={
+                    "changes": large,
+                    "fair_fraction": self._controller.fair_fraction,
+                    "borrowing_regime": self._controller.borrowing_regime,
+                },
+            )
+
+    def _report_applied_config(self) -> None:
+        config = self._config
+        logger.info(
+            "configuration applied: %d priority levels, %d flow schemas, "
+            "server concurrency limit %d",
+            len(config.priority_levels),
+            len(config.flow_schemas),
+            config.server_concurrency_limit,
+            extra={
+                "priority_levels": [level.name for level in config.priority_levels],
+                "flow_schemas": [schema.name for schema in config.flow_schemas],
+                "server_concurrency_limit": config.server_concurrency_limit,
+            },
+        )
+        if self._observer is not None:
+            self._observer.configuration_applied(config)
+
+    def _report_rejected_config(self, error: ConfigError, *, source: object) -> None:
+        problems = [str(problem) for problem in error.problems]
+        where = source if isinstance(source, str | PathLike) else type(source).__name__
+        logger.error(
+            "configuration rejected (%s); keeping the running configuration:\n%s",
+            where,
+            "\n".join(f"  {problem}" for problem in problems),
+            extra={"config_source": str(where), "problems": problems},
+        )
+        if self._observer is not None:
+            self._observer.configuration_rejected(error.problems)
 
     def _arm_borrowing_timer(self, now: float) -> None:
         if self._borrowing_timer is None and self._controller.waiting_requests:
