@@ -298,3 +298,56 @@ async def test_raised_limit_dispatches_waiting_requests_at_once() -> None:
     assert after.current_limit >= 12
     assert after.waiting_requests == 0 and after.executing_requests == 12
     await a.done()
+
+
+def test_solver_error_keeps_the_previous_limits() -> None:
+    # Exempt shares count in the nominal sum, but no limited level may borrow: the upper
+    # bounds cannot reach the required sum, the solver errs, and the limits stay (backstop).
+    # (The mandatory catch-all can always borrow, so this needs a hand-built configuration.)
+    from apf_limiter.config.model import (
+        Configuration,
+        ExemptPriorityLevelConfiguration,
+        LimitedPriorityLevelConfiguration,
+        PriorityLevel,
+    )
+
+    def limited(name: str) -> PriorityLevel:
+        spec = LimitedPriorityLevelConfiguration(
+            nominal_concurrency_shares=10, lendable_percent=50, borrowing_limit_percent=0
+        )
+        return PriorityLevel(name, "Limited", limited=spec)
+
+    exempt = PriorityLevel("exempt", "Exempt", exempt=ExemptPriorityLevelConfiguration(10))
+    config = Configuration(
+        server_concurrency_limit=30, priority_levels=(exempt, limited("a"), limited("b"))
+    )
+    limiter = Limiter(config, clock=FakeClock())
+    stats = limiter.statistics()
+    # The initial limits are the backstop values: nominal - lendable // 2 = 10 - 5 // 2 = 8.
+    assert stats.priority_levels["a"].nominal_limit == 10
+    assert stats.priority_levels["a"].current_limit == 8
+    assert stats.borrowing_regime == 3 and stats.fair_fraction == 0
+    limiter.adjust_borrowing()
+    stats = limiter.statistics()
+    assert stats.priority_levels["a"].current_limit == 8
+    assert stats.priority_levels["b"].current_limit == 8
+    assert stats.borrowing_error.startswith("upper bounds sum to 20")
+
+
+async def test_lowered_limit_never_preempts_running_requests() -> None:
+    clock = FakeClock()
+    limiter = Limiter(_regime_config(), clock=clock)
+    a = Holder(limiter, "user-a", 12, ("g",))
+    await clock.advance(1)
+    limiter.adjust_borrowing()
+    await clock.advance(0)
+    assert limiter.statistics().priority_levels["a"].executing_requests == 12
+    # b's demand now pushes a's limit down; a's running requests carry on.
+    b = Holder(limiter, "user-b", 12, ("g",))
+    await clock.advance(30)
+    limiter.adjust_borrowing()
+    level_a = limiter.statistics().priority_levels["a"]
+    assert level_a.current_limit < 12
+    assert level_a.executing_requests == 12
+    await a.done()
+    await b.done()

@@ -445,4 +445,5 @@ class Controller:
             adjustments=self.adjustments,
             priority_levels=levels,
             flow_schemas=schemas,
+            borrowing_error=self.borrowing_error,
         )

@@ -57,6 +57,13 @@ __all__ = ["Queue", "QueueSet", "NOTHING"]
 NOTHING: Sequence[Request] = ()
 """The shared empty result: nothing was dispatched."""
 
+# Module-level aliases: a global lookup is cheaper than an enum attribute on the hot path.
+_NEW = RequestState.NEW
+_WAITING = RequestState.WAITING
+_EXECUTING = RequestState.EXECUTING
+_LINGERING = RequestState.LINGERING
+_DONE = RequestState.DONE
+
 _HAND_CACHE_LIMIT = 16384
 
 
@@ -251,22 +258,57 @@ class QueueSet:
             The requests dispatched by this arrival (``request`` itself among them when it was
             dispatched at once).
         """
-        if request.state is not RequestState.NEW:
+        if request.state is not _NEW:
             raise RuntimeError(f"request already started: {request!r}")
         # Inline "sync time" for the common case of no active queue: R stands still then.
         if self.active_queues:
             self._sync_time(now)
         else:
             self.last_real_time = now
+        current_r = self.current_r
         request.arrival_time = now
-        request.arrival_r = self.current_r
+        request.arrival_r = current_r
         if self.desired_num_queues < 1:
             return self._start_queueless(request, now)
         seats = request.max_seats
         limit = self.concurrency_limit
-        if self.requests_waiting == 0 and limit > 0 and self.seats_in_use + seats <= limit:
-            return self._enqueue_and_dispatch_at_once(request, now)
-        return self._start_queued(request, now)
+        in_use = self.seats_in_use
+        if self.requests_waiting or limit <= 0 or in_use + seats > limit:
+            return self._start_queued(request, now)
+        # Fast path. Nothing waits and the request fits: the general path would enqueue it on
+        # the first queue visited in its hand (every queue holds zero waiting work), find that
+        # queue as the only candidate, and dispatch it. Do exactly that, inline.
+        enqueues = self.enqueues
+        self.enqueues = enqueues + 1
+        hand = self._hands.get(request.flow_hash) or self._hand(request.flow_hash)
+        queue = self.queues[hand[enqueues % self.hand_size]]
+        executing = queue.executing
+        if executing:
+            # Anti-windup: dispatch in the virtual world must not precede arrival.
+            next_r = queue.next_dispatch_r
+            if next_r < current_r:
+                next_r = current_r
+        else:
+            # An idle queue restarts at the current virtual time.
+            self.active_queues += 1
+            next_r = current_r
+        request.queue = queue
+        request.queue_length_after_enqueue = 1
+        self.robin_index = queue.index
+        if request.final_seats > limit:
+            self._clamp_final_seats(request, limit)
+            seats = request.max_seats
+        request.state = _EXECUTING
+        request.start_time = now
+        self.requests_executing += 1
+        self.seats_in_use = in_use = in_use + seats
+        self.queued_seats_in_use += seats
+        executing.add(request)
+        queue.seats_in_use += seats
+        queue.next_dispatch_r = (next_r + request.total_work) & MASK
+        self.dispatched += 1
+        self.demand.set(in_use, now)  # nothing waits, so the demand is the seats in use
+        return (request,)
 
     def _start_queueless(self, request: Request, now: float) -> Sequence[Request]:
         if not self._can_accommodate(request.max_seats):
@@ -274,37 +316,12 @@ class QueueSet:
             request.state = RequestState.REJECTED
             request.reject_reason = "concurrency-limit"
             return NOTHING
-        request.state = RequestState.EXECUTING
+        request.state = _EXECUTING
         request.start_time = now
         self.requests_executing += 1
         self.seats_in_use += request.max_seats
         self.queueless_executing.add(request)
         self.dispatched += 1
-        self.demand.set(self.seats_in_use + self.seats_waiting, now)
-        return (request,)
-
-    def _enqueue_and_dispatch_at_once(self, request: Request, now: float) -> Sequence[Request]:
-        # Nothing waits and the request fits: the general path would enqueue it on the first
-        # queue visited in its hand (all hands hold zero waiting work), find that queue as the
-        # only candidate, and dispatch it. Do exactly that, without the general machinery.
-        hand_size = self.hand_size
-        offset = self.enqueues % hand_size
-        self.enqueues += 1
-        queue = self.queues[self._hand(request.flow_hash)[offset]]
-        if not queue.executing:
-            self.active_queues += 1
-            # An idle queue restarts at the current virtual time (the anti-windup bound gives
-            # the same value when it still had lingering seats).
-            queue.next_dispatch_r = self.current_r
-        elif queue.next_dispatch_r < self.current_r:
-            queue.next_dispatch_r = self.current_r
-        request.queue = queue
-        request.queue_length_after_enqueue = 1
-        self.robin_index = queue.index
-        limit = self.concurrency_limit
-        if request.final_seats > limit:
-            self._clamp_final_seats(request, limit)
-        self._begin_execution(request, queue, now)
         self.demand.set(self.seats_in_use + self.seats_waiting, now)
         return (request,)
 
@@ -333,7 +350,7 @@ class QueueSet:
             self.active_queues += 1
             queue.next_dispatch_r = self.current_r
         request.queue = queue
-        request.state = RequestState.WAITING
+        request.state = _WAITING
         queue.waiting.append(request)
         queue.initial_seats_sum += request.initial_seats
         queue.max_seats_sum += request.max_seats
@@ -410,7 +427,7 @@ class QueueSet:
         return request
 
     def _begin_execution(self, request: Request, queue: Queue, now: float) -> None:
-        request.state = RequestState.EXECUTING
+        request.state = _EXECUTING
         request.start_time = now
         seats = request.max_seats
         self.requests_executing += 1
@@ -510,7 +527,7 @@ class QueueSet:
         Returns:
             The requests dispatched because seats or virtual time were freed.
         """
-        if request.state is not RequestState.EXECUTING:
+        if request.state is not _EXECUTING:
             raise RuntimeError(f"finish() of a request that is not executing: {request!r}")
         self._sync_time(now)
         self.requests_executing -= 1
@@ -518,32 +535,35 @@ class QueueSet:
         if queue is None:
             self.queueless_executing.discard(request)
         else:
-            queue.executing.discard(request)
-            if not queue.executing and not queue.waiting:
+            executing = queue.executing
+            executing.discard(request)
+            waiting = queue.waiting
+            if not executing and not waiting:
                 self.active_queues -= 1
             # Charged G per seat at dispatch; correct for the actual service time S.
             service_ns = round((now - request.start_time) * 1e9)
-            queue.next_dispatch_r = (
-                queue.next_dispatch_r
-                - _seats_times_duration_int(
-                    request.initial_seats, ESTIMATED_SERVICE_NS - service_ns
-                )
-            ) & MASK
-            if queue.waiting:
+            correction = _seats_times_duration_int(
+                request.initial_seats, ESTIMATED_SERVICE_NS - service_ns
+            )
+            queue.next_dispatch_r = (queue.next_dispatch_r - correction) & MASK
+            if waiting:
                 self._bound_next_dispatch(queue)
                 self._push(queue)
         if request.additional_latency_ns <= 0:
             self._release_seats(request)
         else:
-            request.state = RequestState.LINGERING
+            request.state = _LINGERING
             request.release_at = now + request.additional_latency
         dispatched = self._dispatch_as_much_as_possible() if self.requests_waiting else NOTHING
-        self._note_demand(now)
+        demand = self.demand
+        x = self.seats_in_use + self.seats_waiting
+        if x != demand.x:
+            demand.set(x, now)
         return dispatched
 
     def release(self, request: Request, now: float) -> Sequence[Request]:
         """Release a lingering request's final seats (its additional latency has passed)."""
-        if request.state is not RequestState.LINGERING:
+        if request.state is not _LINGERING:
             raise RuntimeError(f"release() of a request that is not lingering: {request!r}")
         self._sync_time(now)
         self._release_seats(request)
@@ -552,7 +572,7 @@ class QueueSet:
         return dispatched
 
     def _release_seats(self, request: Request) -> None:
-        request.state = RequestState.DONE
+        request.state = _DONE
         seats = request.max_seats
         self.seats_in_use -= seats
         queue = request.queue
@@ -560,7 +580,8 @@ class QueueSet:
             queue.seats_in_use -= seats
             if queue.index >= 0:
                 self.queued_seats_in_use -= seats
-                self._remove_queue_if_surplus(queue)
+                if len(self.queues) > self.desired_num_queues:
+                    self._remove_queue_if_surplus(queue)
 
     def _remove_queue_if_surplus(self, queue: Queue) -> None:
         queues = self.queues
@@ -591,7 +612,7 @@ class QueueSet:
         Returns:
             The requests dispatched afterwards.
         """
-        if request.state is not RequestState.WAITING:
+        if request.state is not _WAITING:
             raise RuntimeError(f"cancel() of a request that is not waiting: {request!r}")
         self._sync_time(now)
         queue = request.queue
@@ -634,17 +655,18 @@ class QueueSet:
         active = self.active_queues
         if not active or elapsed <= 0:
             return
-        requested = self.queued_seats_in_use + self.seats_waiting
+        seats = self.queued_seats_in_use + self.seats_waiting
         limit = self.concurrency_limit
-        seats = requested if requested < limit else limit
-        elapsed_ns = round(elapsed * 1e9)
+        if seats > limit:
+            seats = limit
         if active == 1:
             # The common case: an integral rate allows exact integer arithmetic.
-            increment = _seats_times_duration_int(seats, elapsed_ns)
+            increment = _seats_times_duration_int(seats, round(elapsed * 1e9))
         else:
-            increment = seats_times_duration(seats / active, elapsed_ns)
-        new_r = (self.current_r + increment) & MASK
-        if new_r < self.current_r:
+            increment = seats_times_duration(seats / active, round(elapsed * 1e9))
+        current_r = self.current_r
+        new_r = (current_r + increment) & MASK
+        if new_r < current_r:
             # Kubernetes only logs this; keep the count so it can be observed.
             self.r_overflows += 1
         elif new_r >= HIGH_R:

@@ -107,6 +107,8 @@ class LimiterStatistics:
         adjustments: Borrowing adjustments run so far.
         priority_levels: Per level, by name (in configuration order, quiescing ones last).
         flow_schemas: Per flow schema, by name, in matching order.
+        borrowing_error: Why the last adjustment's solver failed (the limits were kept), or
+            ``""``.
     """
 
     server_concurrency_limit: int
@@ -116,6 +118,7 @@ class LimiterStatistics:
     adjustments: int
     priority_levels: Mapping[str, PriorityLevelStatistics]
     flow_schemas: Mapping[str, FlowSchemaStatistics]
+    borrowing_error: str = ""
 
     @property
     def executing_requests(self) -> int:

@@ -1,0 +1,201 @@
+"""The observer hooks and the structured logs of the shell."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from apf_limiter import ConfigError, Limiter, Rejected, RequestDigest
+from apf_limiter.config.model import Configuration
+from apf_limiter.errors import ConfigProblem, RejectReason
+from apf_limiter.observer import Observer
+from apf_limiter.testing import FakeClock
+from tests.helpers import single_level_config
+
+
+class Recorder(Observer):
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def request_arrived(self, priority_level: str, flow_schema: str, seats: int) -> None:
+        self.events.append(("arrived", priority_level, flow_schema, seats))
+
+    def request_enqueued(self, priority_level: str, flow_schema: str, queue_length: int) -> None:
+        self.events.append(("enqueued", priority_level, queue_length))
+
+    def request_dispatched(
+        self, priority_level: str, flow_schema: str, queue_wait: float, exempt: bool
+    ) -> None:
+        self.events.append(("dispatched", priority_level, queue_wait, exempt))
+
+    def request_rejected(
+        self,
+        priority_level: str,
+        flow_schema: str,
+        reason: RejectReason,
+        queue_wait: float,
+        exempt: bool,
+    ) -> None:
+        self.events.append(("rejected", priority_level, reason, queue_wait))
+
+    def request_cancelled(self, priority_level: str, flow_schema: str, queue_wait: float) -> None:
+        self.events.append(("cancelled", priority_level, queue_wait))
+
+    def request_finished(
+        self, priority_level: str, flow_schema: str, execution_time: float
+    ) -> None:
+        self.events.append(("finished", priority_level, execution_time))
+
+    def configuration_applied(self, config: Configuration) -> None:
+        self.events.append(("config", config.server_concurrency_limit))
+
+    def configuration_rejected(self, problems: tuple[ConfigProblem, ...]) -> None:
+        self.events.append(("config-rejected", len(problems)))
+
+    def borrowing_adjusted(self, changes: dict[str, tuple[int, int]]) -> None:
+        self.events.append(("borrowing", changes))
+
+    def level_quiescing(self, priority_level: str) -> None:
+        self.events.append(("quiescing", priority_level))
+
+
+def _digest(user: str) -> RequestDigest:
+    return RequestDigest(user=user)
+
+
+async def test_every_step_of_a_request_reaches_the_observer() -> None:
+    clock = FakeClock()
+    recorder = Recorder()
+    limiter = Limiter(
+        single_level_config(limit=1, queue_length_limit=2, wait_limit=5),
+        clock=clock,
+        observer=recorder,
+    )
+    assert recorder.events == [("config", 1)]
+    recorder.events.clear()
+    release = asyncio.Event()
+
+    async def hold(user: str) -> None:
+        async with limiter.admit(_digest(user)):
+            await clock.sleep(2)
+            await release.wait()
+
+    async def try_admit(user: str) -> None:
+        try:
+            async with limiter.admit(_digest(user)):
+                pass
+        except Rejected:
+            pass
+
+    loop = asyncio.get_running_loop()
+    holder = loop.create_task(hold("a"))
+    await clock.advance(0)
+    waiter = loop.create_task(try_admit("b"))
+    doomed = loop.create_task(try_admit("c"))
+    await clock.advance(1)
+    await try_admit("d")  # queue holds 2: rejected queue-full
+    doomed.cancel()
+    await clock.advance(0)
+    await clock.advance(5)  # b times out at t = 5
+    release.set()
+    await clock.advance(0)
+    await asyncio.gather(holder, waiter, doomed, return_exceptions=True)
+    assert recorder.events == [
+        ("arrived", "test", "test", 1),
+        ("dispatched", "test", 0.0, False),
+        ("arrived", "test", "test", 1),
+        ("enqueued", "test", 1),
+        ("arrived", "test", "test", 1),
+        ("enqueued", "test", 2),
+        ("arrived", "test", "test", 1),
+        ("rejected", "test", "queue-full", 0.0),
+        ("cancelled", "test", 1.0),
+        ("rejected", "test", "time-out", 5.0),
+        ("finished", "test", 6.0),
+    ]
+
+
+async def test_config_borrowing_and_quiescing_events_are_logged_and_observed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    recorder = Recorder()
+    two_levels: dict[str, Any] = single_level_config(limit=10)
+    two_levels["priorityLevels"].append(
+        {
+            "name": "other",
+            "limited": {"nominalConcurrencyShares": 10000, "lendablePercent": 90},
+        }
+    )
+    two_levels["flowSchemas"].insert(
+        0,
+        {
+            "name": "other",
+            "priorityLevelConfiguration": {"name": "other"},
+            "matchingPrecedence": 50,
+            "rules": [
+                {
+                    "subjects": [{"kind": "User", "user": {"name": "o"}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                }
+            ],
+        },
+    )
+    caplog.set_level(logging.DEBUG, logger="apf_limiter")
+    limiter = Limiter(two_levels, clock=clock, observer=recorder)
+    applied = [r for r in caplog.records if r.getMessage().startswith("configuration applied")]
+    assert len(applied) == 1
+    assert applied[0].server_concurrency_limit == 10  # type: ignore[attr-defined]
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with limiter.admit(_digest("o")):
+            await release.wait()
+
+    task = asyncio.get_running_loop().create_task(hold())
+    await clock.advance(0)
+    caplog.clear()
+    bad = single_level_config(limit=10)
+    bad["serverConcurrencyLimit"] = -1
+    with pytest.raises(ConfigError):
+        limiter.reconfigure(bad)
+    (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "serverConcurrencyLimit" in error.getMessage()
+    assert error.problems == [  # type: ignore[attr-defined]
+        "serverConcurrencyLimit: Invalid value: -1: must be positive"
+    ]
+    assert ("config-rejected", 1) in recorder.events
+    caplog.clear()
+    limiter.reconfigure(single_level_config(limit=10))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("other removed while busy" in m for m in messages)
+    assert ("quiescing", "other") in recorder.events
+    borrowing = [r for r in caplog.records if r.getMessage().startswith("borrowing moved seats")]
+    assert borrowing and "test" in borrowing[0].changes  # type: ignore[attr-defined]
+    assert any(event[0] == "borrowing" for event in recorder.events)
+    release.set()
+    await task
+
+
+async def test_nothing_is_logged_per_request_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1, reject=True), clock=clock)
+    caplog.set_level(logging.INFO, logger="apf_limiter")
+    caplog.clear()
+    async with limiter.admit(_digest("a")):
+        with pytest.raises(Rejected):
+            async with limiter.admit(_digest("b")):
+                pass
+    assert caplog.records == []
+    caplog.set_level(logging.DEBUG, logger="apf_limiter")
+    async with limiter.admit(_digest("a")):
+        with pytest.raises(Rejected):
+            async with limiter.admit(_digest("b")):
+                pass
+    (record,) = caplog.records
+    assert record.levelno == logging.DEBUG
+    assert record.reason == "concurrency-limit"  # type: ignore[attr-defined]
+    assert record.priority_level == "test"  # type: ignore[attr-defined]
