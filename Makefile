@@ -29,7 +29,8 @@ demo: $(STAMP)
 	$(BIN)/apf-limiter show
 
 bench: $(STAMP)
-	$(BIN)/pytest benchmarks -q --benchmark-only
+	$(BIN)/pytest benchmarks -q -p no:randomly --benchmark-only --benchmark-columns=min,median,iqr,rounds
+	$(BIN)/python -m benchmarks.engine_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,196 @@
+"""The values the middleware's hooks and route settings return.
+
+* :class:`Identity` — who sent a request (``identify=`` hook).
+* :class:`ResourceAttributes` — what resource a request acts on (``resolve=`` hook).
+* :class:`WorkEstimate` — how many seats a request takes (``estimate=`` hook).
+* :class:`RouteOptions` and :func:`route_options` — per-route settings: a work estimate and
+  whether the route is long-running, attached to an endpoint or given per path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+__all__ = [
+    "Identity",
+    "ResourceAttributes",
+    "WorkEstimate",
+    "RouteOptions",
+    "route_options",
+    "ROUTE_OPTIONS_ATTRIBUTE",
+]
+
+#: The endpoint attribute :func:`route_options` stores its :class:`RouteOptions` in.
+ROUTE_OPTIONS_ATTRIBUTE = "__apf_route_options__"
+
+_E = TypeVar("_E")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who sent a request, as an ``identify=`` hook returns it.
+
+    The middleware adds the group ``system:authenticated`` (as every Kubernetes authenticator
+    does), so schemas written for authenticated users match. Return ``None`` from the hook for
+    an anonymous request instead (``system:anonymous`` in ``system:unauthenticated``).
+
+    Attributes:
+        user: The user name (the ``ByUser`` distinguisher and ``User`` subjects).
+        groups: The user's groups (``Group`` subjects).
+    """
+
+    user: str
+    groups: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user, str) or not self.user:
+            raise ValueError(f"Identity.user must be a non-empty string, got {self.user!r}")
+        if isinstance(self.groups, str) or not all(isinstance(g, str) for g in self.groups):
+            raise TypeError(f"Identity.groups must be a tuple of strings, got {self.groups!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceAttributes:
+    """The resource a request acts on, as a ``resolve=`` hook returns it.
+
+    It makes the request a resource request, matched by ``resourceRules`` (and the
+    ``ByNamespace`` distinguisher) instead of ``nonResourceRules``.
+
+    Attributes:
+        resource: The resource, e.g. ``reports`` (must be non-empty).
+        api_group: The API group (``""`` is the core group).
+        subresource: The subresource, e.g. ``export``.
+        namespace: The namespace, e.g. a tenant; ``""`` means cluster-scoped.
+        name: The object name; ``""`` for a collection.
+        verb: The Kubernetes verb; ``None`` derives it from the HTTP method: GET and HEAD are
+            ``get`` (``list`` without a name), POST ``create``, PUT ``update``, PATCH
+            ``patch``, DELETE ``delete`` (``deletecollection`` without a name), a WebSocket
+            ``watch``; any other method is its lower-case name.
+    """
+
+    resource: str
+    api_group: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+    verb: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.resource, str) or not self.resource:
+            raise ValueError(
+                f"ResourceAttributes.resource must be a non-empty string, got {self.resource!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkEstimate:
+    """How much of the server a request takes, in seats (Kubernetes' work estimate).
+
+    The engine clamps both seat counts to the priority level's maxSeats.
+
+    Attributes:
+        seats: Seats held while the request executes (at least 1).
+        final_seats: Seats held on after the request finished, for ``additional_latency``
+            (work the request causes later, e.g. notifications it fans out).
+        additional_latency: Seconds the final seats stay held after the request finished.
+    """
+
+    seats: int = 1
+    final_seats: int = 0
+    additional_latency: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_estimate(self.seats, self.final_seats, self.additional_latency)
+
+
+def _check_estimate(seats: int | None, final_seats: int, additional_latency: float) -> None:
+    if seats is not None and (isinstance(seats, bool) or not isinstance(seats, int) or seats < 1):
+        raise ValueError(f"seats must be an integer of at least 1, got {seats!r}")
+    if isinstance(final_seats, bool) or not isinstance(final_seats, int) or final_seats < 0:
+        raise ValueError(f"final_seats must be a non-negative integer, got {final_seats!r}")
+    if not (isinstance(additional_latency, int | float) and math.isfinite(additional_latency)):
+        raise ValueError(f"additional_latency must be a number, got {additional_latency!r}")
+    if additional_latency < 0:
+        raise ValueError(f"additional_latency must not be negative, got {additional_latency!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteOptions:
+    """Per-route settings: a work estimate and whether the route is long-running.
+
+    Attach them to an endpoint with :func:`route_options`, or give them per path with the
+    middleware's ``paths=`` mapping.
+
+    Attributes:
+        seats: Seats the route's requests take; ``None`` means the default (1).
+        final_seats: Seats held after the response, for ``additional_latency`` seconds.
+        additional_latency: Seconds the final seats stay held after the response.
+        long_running: Whether the route is long-running (server-sent events, long polls):
+            its requests are admitted fairly, then release their seats once the response has
+            started.
+    """
+
+    seats: int | None = None
+    final_seats: int = 0
+    additional_latency: float = 0.0
+    long_running: bool = False
+
+    def __post_init__(self) -> None:
+        _check_estimate(self.seats, self.final_seats, self.additional_latency)
+
+    @property
+    def estimate(self) -> WorkEstimate | None:
+        """The work estimate these options give, or ``None`` when they leave the default."""
+        if self.seats is None and not (self.final_seats and self.additional_latency):
+            return None
+        return WorkEstimate(self.seats or 1, self.final_seats, self.additional_latency)
+
+
+def route_options(
+    *,
+    seats: int | None = None,
+    final_seats: int = 0,
+    additional_latency: float = 0.0,
+    long_running: bool = False,
+) -> Callable[[_E], _E]:
+    """Mark an endpoint (a function or an endpoint class) with :class:`RouteOptions`.
+
+    The middleware finds the endpoint by matching the request against the application's
+    routes (Starlette and FastAPI routers, mounts included), so the decorator may sit above or
+    below the framework's route decorator::
+
+        @app.get("/reports/export")
+        @route_options(seats=4)
+        async def export() -> dict[str, str]: ...
+
+        @route_options(long_running=True)
+        async def events(request: Request) -> StreamingResponse: ...
+
+    Args:
+        seats: Seats the route's requests take (at least 1); ``None`` keeps the default.
+        final_seats: Seats held after the response, for ``additional_latency`` seconds.
+        additional_latency: Seconds the final seats stay held after the response.
+        long_running: Whether the route releases its seats once the response has started.
+
+    Returns:
+        A decorator that returns the endpoint itself, marked.
+
+    Raises:
+        ValueError: If a number is out of range.
+    """
+    options = RouteOptions(seats, final_seats, additional_latency, long_running)
+
+    def mark(endpoint: _E) -> _E:
+        target = getattr(endpoint, "__func__", endpoint)  # a bound method: mark its function
+        try:
+            setattr(target, ROUTE_OPTIONS_ATTRIBUTE, options)
+        except (AttributeError, TypeError):
+            raise TypeError(
+                f"route_options() marks functions and classes; cannot mark {endpoint!r}"
+            ) from None
+        return endpoint
+
+    return mark

@@ -1,0 +1,56 @@
+"""ASGI type aliases and the hook signatures of :class:`~apf_limiter.asgi.APFMiddleware`.
+
+The ASGI aliases are structurally the same as Starlette's (``starlette.types``), so an
+``APFMiddleware`` type-checks wherever Starlette expects a middleware, without importing it.
+Every hook may be a plain function or a coroutine function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, TypeAlias
+
+from apf_limiter.asgi.options import Identity, ResourceAttributes, WorkEstimate
+from apf_limiter.errors import Rejected
+
+__all__ = [
+    "Scope",
+    "Message",
+    "Receive",
+    "Send",
+    "ASGIApp",
+    "IdentifyHook",
+    "ResolveHook",
+    "EstimateHook",
+    "LongRunningHook",
+    "RejectHook",
+    "AuthorizeHook",
+]
+
+Scope: TypeAlias = MutableMapping[str, Any]
+Message: TypeAlias = MutableMapping[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[Message]]
+Send: TypeAlias = Callable[[Message], Awaitable[None]]
+ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: ``identify(scope)``: who sent the request; ``None`` means anonymous.
+IdentifyHook: TypeAlias = Callable[[Scope], Identity | None | Awaitable[Identity | None]]
+
+#: ``resolve(scope)``: the resource a request acts on; ``None`` keeps it a non-resource one.
+ResolveHook: TypeAlias = Callable[
+    [Scope], ResourceAttributes | None | Awaitable[ResourceAttributes | None]
+]
+
+#: ``estimate(scope)``: seats, or a full estimate; ``None`` falls back to the route settings.
+EstimateHook: TypeAlias = Callable[
+    [Scope], WorkEstimate | int | None | Awaitable[WorkEstimate | int | None]
+]
+
+#: ``long_running(scope)``: whether seats go back at the response start; ``None`` falls back.
+LongRunningHook: TypeAlias = Callable[[Scope], bool | None | Awaitable[bool | None]]
+
+#: ``on_reject(scope, rejected)``: the ASGI app (e.g. a Starlette response) that answers.
+RejectHook: TypeAlias = Callable[[Scope, Rejected], ASGIApp | Awaitable[ASGIApp]]
+
+#: ``authorize(scope)``: whether a debug endpoint may be served (passed on to the debug app).
+AuthorizeHook: TypeAlias = Callable[[Scope], Any]
