@@ -49,9 +49,11 @@ async def test_fast_path_admits_without_yielding_to_the_event_loop() -> None:
     assert admission.seats == 1
     assert admission.distinguisher == "alice"
     assert limiter.statistics().priority_levels["test"].executing_requests == 1
+    # Leaving releases synchronously and returns an awaitable that is already complete.
     leave = admission.__aexit__(None, None, None)
+    assert limiter.statistics().priority_levels["test"].executing_requests == 0
     with pytest.raises(StopIteration):
-        leave.send(None)
+        next(iter(leave.__await__()))
     assert limiter.statistics().priority_levels["test"].executing_requests == 0
 
 

@@ -30,6 +30,9 @@ from apf_limiter.engine.statistics import (
 
 __all__ = ["DEFAULT_MAX_SEATS", "Controller", "LevelState", "FlowSchemaCounters"]
 
+_WAITING = RequestState.WAITING
+_EXECUTING = RequestState.EXECUTING
+
 DEFAULT_MAX_SEATS = 100
 """Seat cap for levels without a computed maxSeats (exempt and Reject levels), as Kubernetes'
 estimator uses its global maximum there."""
@@ -64,6 +67,7 @@ class LevelState:
     """A priority level at run time: its configuration, plan, queue set and demand statistics.
 
     Attributes:
+        name: The level's name.
         config: The level's configuration (the last one seen, for a quiescing level).
         plan: The level's limits under the current configuration.
         queue_set: Its queue set.
@@ -82,9 +86,11 @@ class LevelState:
         "demand",
         "target",
         "uses_hash",
+        "name",
     )
 
     def __init__(self, config: PriorityLevel, plan: LevelPlan, now: float) -> None:
+        self.name = config.name
         self.config = config
         self.plan = plan
         self.quiescing = False
@@ -101,11 +107,6 @@ class LevelState:
         self.uses_hash = desired > 1
         self.demand = SeatDemandStats()
         self.target = 0.0
-
-    @property
-    def name(self) -> str:
-        """The level's name."""
-        return self.config.name
 
     @property
     def is_drained(self) -> bool:
@@ -136,6 +137,7 @@ class Controller:
         self.tracker = DroppedRequestsTracker()
         self.levels: dict[str, LevelState] = {}
         self.flow_schema_counters: dict[str, FlowSchemaCounters] = {}
+        self._routes: dict[str, tuple[LevelState, FlowSchemaCounters]] = {}
         self.fair_fraction = 0.0
         self.borrowing_regime = 0
         self.borrowing_error = ""
@@ -203,6 +205,10 @@ class Controller:
         self.levels = levels
         self.classifier = classifier
         self.flow_schema_counters = counters
+        self._routes = {
+            schema.name: (levels[schema.priority_level], counters[schema.name])
+            for schema in classifier.flow_schemas
+        }
         self.config = config
         self.nominal_limit_sum = plan.nominal_limit_sum
         self._count_dispatched(dispatched)
@@ -257,44 +263,47 @@ class Controller:
             rejected) and every request dispatched by its arrival.
         """
         classification = self.classifier.classify(digest)
-        level = self.levels[classification.priority_level]
+        level, counters = self._routes[classification.flow_schema.name]
         max_seats = level.max_seats
         seats = digest.seats or 1
         if seats > max_seats:
             seats = max_seats
         # Final seats mean something only with an additional latency to hold them for.
-        final_seats = digest.final_seats if digest.additional_latency > 0 else 0
-        if final_seats > max_seats:
-            final_seats = max_seats
-        schema_name = classification.flow_schema.name
+        final_seats = digest.final_seats
+        latency = digest.additional_latency
+        if final_seats and latency > 0:
+            if final_seats > max_seats:
+                final_seats = max_seats
+        else:
+            final_seats = 0
+            latency = 0.0
         request = Request(
-            schema_name,
-            level.config.name,
-            distinguisher=classification.distinguisher,
-            flow_hash=classification.flow_hash if level.uses_hash else 0,
-            initial_seats=seats,
-            final_seats=final_seats,
-            additional_latency=digest.additional_latency if final_seats else 0.0,
+            classification.flow_schema.name,
+            level.name,
+            classification.distinguisher,
+            classification.flow_hash if level.uses_hash else 0,
+            seats,
+            final_seats,
+            latency,
         )
         request.digest = digest
         request.level = level
-        counters = self.flow_schema_counters[schema_name]
         request.counters = counters
         counters.matched += 1
-        queue_set = level.queue_set
-        dispatched = queue_set.start_request(request, now)
+        dispatched = level.queue_set.start_request(request, now)
         state = request.state
-        if state is RequestState.WAITING:
+        if state is _EXECUTING:
+            if len(dispatched) == 1:
+                counters.dispatched += 1
+                counters.executing += 1
+                return request, dispatched
+        elif state is _WAITING:
             counters.waiting += 1
-        elif state is RequestState.REJECTED:
-            if request.reject_reason == "queue-full":
-                counters.rejected_queue_full += 1
-            else:
-                counters.rejected_concurrency_limit += 1
-        if state is RequestState.EXECUTING and len(dispatched) == 1:
-            counters.dispatched += 1
-            counters.executing += 1
-        elif dispatched:
+        elif request.reject_reason == "queue-full":
+            counters.rejected_queue_full += 1
+        else:
+            counters.rejected_concurrency_limit += 1
+        if dispatched:
             self._count_dispatched(dispatched, arrival=request)
         return request, dispatched
 

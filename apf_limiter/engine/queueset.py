@@ -293,7 +293,6 @@ class QueueSet:
             self.active_queues += 1
             next_r = current_r
         request.queue = queue
-        request.queue_length_after_enqueue = 1
         self.robin_index = queue.index
         if request.final_seats > limit:
             self._clamp_final_seats(request, limit)

@@ -59,9 +59,11 @@ class Request:
         start_time: When the request was dispatched.
         queue: The queue it was put in, or ``None`` on the queue-less (exempt/Reject) path.
         state: Where the request is in its life.
-        reject_reason: Why it was rejected, when ``state`` is ``REJECTED`` or ``TIMED_OUT``.
-        queue_length_after_enqueue: The queue's length right after this request joined it.
-        release_at: When a lingering request's final seats are due back.
+        reject_reason: Why it was rejected (set only when ``state`` is ``REJECTED`` or
+            ``TIMED_OUT``).
+        queue_length_after_enqueue: The queue's length right after this request joined it
+            (set only for a request that waited).
+        release_at: When a lingering request's final seats are due back (set only then).
         handle: Free slot for the shell (its waiter); the engine never reads it.
         digest: Free slot for the shell (the request digest); the engine never reads it.
         level: The owning level's run-time state (set by the controller).
@@ -93,11 +95,20 @@ class Request:
         "counters",
     )
 
+    # Declared for type checkers: these slots are filled in as the request goes along.
+    arrival_time: float
+    arrival_r: int
+    reject_reason: str
+    queue_length_after_enqueue: int
+    release_at: float
+    digest: Any
+    level: Any
+    counters: Any
+
     def __init__(
         self,
         flow_schema: str,
         priority_level: str,
-        *,
         distinguisher: str = "",
         flow_hash: int = 0,
         initial_seats: int = 1,
@@ -123,18 +134,14 @@ class Request:
             self.additional_latency_ns = 0
             self.final_work = 0
             self.total_work = initial_work
-        self.arrival_time = 0.0
-        self.arrival_r = 0
+        # Set when they become meaningful, not here (this runs for every request):
+        # arrival_time and arrival_r at arrival; reject_reason on rejection;
+        # queue_length_after_enqueue when queued; release_at when lingering; digest, level
+        # and counters by the controller.
         self.start_time = 0.0
         self.queue: Queue | None = None
         self.state = RequestState.NEW
-        self.reject_reason = ""
-        self.queue_length_after_enqueue = 0
-        self.release_at = 0.0
         self.handle: Any = None
-        self.digest: Any = None
-        self.level: Any = None
-        self.counters: Any = None
 
     @property
     def additional_latency(self) -> float:
