@@ -113,7 +113,7 @@ class Admission:
         if self._request is not None:
             raise RuntimeError("an Admission can be entered only once")
         limiter = self._limiter
-        now = limiter._clock.now()
+        now = limiter._now()
         if now >= limiter._next_check:
             limiter._housekeeping(now)
         request, dispatched = limiter._controller.start(self._digest, now)
@@ -239,6 +239,7 @@ class Limiter:
             self._report_rejected_config(exc, source=config)
             raise
         self._clock: Clock = clock if clock is not None else RealClock()
+        self._now = self._clock.now  # bound once: read on every admission and release
         self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
         now = self._clock.now()
         self._controller = Controller(self._config, hash_seed=self._hash_seed, now=now)
@@ -429,7 +430,7 @@ class Limiter:
             )
 
     def _finish(self, request: Request, *, ran: bool = True) -> None:
-        now = self._clock.now()
+        now = self._now()
         if now >= self._next_check:
             self._housekeeping(now)
         if ran and self._observer is not None:
