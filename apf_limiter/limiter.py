@@ -419,21 +419,27 @@ class Limiter:
             self._catch_up(now)
             _wake(self._controller.cancel(request, now, timed_out=False))
             self._controller.record_rejection(request, now)
+            if self._observer is not None:
+                self._observer.request_cancelled(
+                    request.priority_level, request.flow_schema, now - request.arrival_time
+                )
         elif state is _EXECUTING:
-            # Dispatched while the cancellation was on its way: the seats go to the next one.
-            self._finish(request, ran=False)
-        else:
-            return
-        if self._observer is not None:
-            self._observer.request_cancelled(
-                request.priority_level, request.flow_schema, now - request.arrival_time
-            )
+            # Dispatched while the cancellation was on its way: it counts as dispatched and
+            # finished at once, and its seats go to the next request.
+            if self._observer is not None:
+                self._observer.request_dispatched(
+                    request.priority_level,
+                    request.flow_schema,
+                    request.start_time - request.arrival_time,
+                    False,
+                )
+            self._finish(request)
 
-    def _finish(self, request: Request, *, ran: bool = True) -> None:
+    def _finish(self, request: Request) -> None:
         now = self._now()
         if now >= self._next_check:
             self._housekeeping(now)
-        if ran and self._observer is not None:
+        if self._observer is not None:
             self._observer.request_finished(
                 request.priority_level, request.flow_schema, now - request.start_time
             )

@@ -165,6 +165,13 @@ class QueueSet:
         self.timed_out = 0
         self.cancelled = 0
         self.no_accommodation = 0
+        self.no_accommodation_by_flow_schema: dict[str, int] = {}
+        # Requests holding their final seats during their additional latency.
+        self.lingering: set[Request] = set()
+        # Virtual time at the last dispatch, and the dispatching queue's next_dispatch_r
+        # before the request's work was added (Kubernetes' dispatch_r and latest_s).
+        self.dispatch_r = 0
+        self.latest_s = 0
         self.epoch_advances = 0
         self.epoch_advance_failures = 0
         self.r_overflows = 0
@@ -304,6 +311,8 @@ class QueueSet:
         self.queued_seats_in_use += seats
         executing.add(request)
         queue.seats_in_use += seats
+        self.dispatch_r = current_r
+        self.latest_s = next_r
         queue.next_dispatch_r = (next_r + request.total_work) & MASK
         self.dispatched += 1
         self.demand.set(in_use, now)  # nothing waits, so the demand is the seats in use
@@ -409,6 +418,8 @@ class QueueSet:
         if not self._can_accommodate(request.max_seats):
             # Head-of-line blocking, as in Kubernetes: no other queue is tried.
             self.no_accommodation += 1
+            by_schema = self.no_accommodation_by_flow_schema
+            by_schema[request.flow_schema] = by_schema.get(request.flow_schema, 0) + 1
             return None
         queue.waiting.popleft()
         queue.initial_seats_sum -= request.initial_seats
@@ -434,6 +445,8 @@ class QueueSet:
         self.queued_seats_in_use += seats
         queue.executing.add(request)
         queue.seats_in_use += seats
+        self.dispatch_r = self.current_r
+        self.latest_s = queue.next_dispatch_r
         queue.next_dispatch_r = (queue.next_dispatch_r + request.total_work) & MASK
         if queue.waiting:
             self._bound_next_dispatch(queue)
@@ -553,6 +566,7 @@ class QueueSet:
         else:
             request.state = _LINGERING
             request.release_at = now + request.additional_latency
+            self.lingering.add(request)
         dispatched = self._dispatch_as_much_as_possible() if self.requests_waiting else NOTHING
         demand = self.demand
         x = self.seats_in_use + self.seats_waiting
@@ -565,6 +579,7 @@ class QueueSet:
         if request.state is not _LINGERING:
             raise RuntimeError(f"release() of a request that is not lingering: {request!r}")
         self._sync_time(now)
+        self.lingering.discard(request)
         self._release_seats(request)
         dispatched = self._dispatch_as_much_as_possible()
         self._note_demand(now)

@@ -167,6 +167,7 @@ class QueueSetMachine(RuleBasedStateMachine):
         assert qs.seats_waiting == sum(r.max_seats for r in waiting)
         assert qs.requests_waiting == len(waiting)
         assert qs.requests_executing == len(executing)
+        assert qs.lingering == set(self._in(RequestState.LINGERING))
         assert sum(len(q.waiting) for q in qs.queues) == len(waiting)
         assert sum(q.seats_in_use for q in qs.queues) == qs.queued_seats_in_use
         active = sum(1 for q in qs.queues if q.waiting or q.executing)
