@@ -50,9 +50,13 @@ class Admission:
     Entering waits (if needed) until the request may run, or raises :class:`Rejected`;
     leaving releases its seats, whatever happened in the body. Inside, the attributes say how
     the request was classified and how long it waited.
+
+    Integrations that cannot use ``async with`` use the same steps directly:
+    :meth:`start` (never waits), :meth:`wait` (only if ``start`` returned ``False``) and
+    :meth:`release`.
     """
 
-    __slots__ = ("_limiter", "_digest", "_wait_limit", "_request", "_queue_wait")
+    __slots__ = ("_limiter", "_digest", "_wait_limit", "_request", "_queue_wait", "_timer")
 
     def __init__(self, limiter: Limiter, digest: RequestDigest, wait_limit: float | None) -> None:
         self._limiter = limiter
@@ -60,12 +64,13 @@ class Admission:
         self._wait_limit = wait_limit
         self._request: Request | None = None
         self._queue_wait = 0.0
+        self._timer: Timer | None = None
 
     @property
     def _started(self) -> Request:
         request = self._request
         if request is None:
-            raise RuntimeError("the admission has not been entered yet (use 'async with')")
+            raise RuntimeError("the admission has not been entered (or started) yet")
         return request
 
     @property
@@ -109,9 +114,23 @@ class Admission:
         """The request digest that was admitted."""
         return self._digest
 
-    async def __aenter__(self) -> Admission:
+    def start(self) -> bool:
+        """Classify the request and start it, without waiting.
+
+        This is the first half of entering (``async with`` calls it); integrations that
+        must do something else while a request waits (an ASGI server watching for the client
+        to disconnect, say) call it directly, then :meth:`wait`.
+
+        Returns:
+            ``True`` when the request holds its seats now; ``False`` when it waits in a queue
+            (then ``await`` :meth:`wait`, or :meth:`release` to give up).
+
+        Raises:
+            Rejected: With reason ``queue-full`` or ``concurrency-limit``.
+            RuntimeError: If the admission was already started.
+        """
         if self._request is not None:
-            raise RuntimeError("an Admission can be entered only once")
+            raise RuntimeError("an Admission can be started (entered) only once")
         limiter = self._limiter
         now = limiter._now()
         if now >= limiter._next_check:
@@ -129,7 +148,7 @@ class Admission:
                 observer.request_dispatched(
                     request.priority_level, request.flow_schema, 0.0, _is_exempt(request)
                 )
-            return self
+            return True
         if dispatched:
             _wake(dispatched)
         if state is not _WAITING:
@@ -138,27 +157,78 @@ class Admission:
             observer.request_enqueued(
                 request.priority_level, request.flow_schema, request.queue_length_after_enqueue
             )
-        # Waiting is inlined here (not a helper coroutine) to keep one frame per waiter.
-        waiter = request.handle = new_waiter()
+        if request.level.queue_set.concurrency_limit <= 0:
+            # A level whose current limit is 0 admits nothing (deviation D3) until borrowing
+            # gives it seats; adjust now, with this request in its demand, instead of leaving
+            # it to wait for the next period.
+            limiter._adjust(now)
+            if request.state is _EXECUTING:
+                if observer is not None:
+                    observer.request_dispatched(
+                        request.priority_level, request.flow_schema, 0.0, False
+                    )
+                return True
+        request.handle = new_waiter()
         wait_limit = self._wait_limit
         if wait_limit is None:
             wait_limit = limiter._config.request_wait_limit
-        timer = limiter._clock.call_later(wait_limit, limiter._on_wait_limit, request)
+        self._timer = limiter._clock.call_later(wait_limit, limiter._on_wait_limit, request)
         limiter._arm_borrowing_timer(now)
+        return False
+
+    async def wait(self) -> None:
+        """Wait until a queued request holds its seats (after :meth:`start` returned False).
+
+        Cancelling the waiting task takes the request out of its queue (or, if it was given
+        its seats at that very moment, passes them on) and re-raises the cancellation.
+
+        Raises:
+            Rejected: With reason ``time-out`` when the wait limit passed.
+            RuntimeError: If the admission was not started.
+        """
+        request = self._request
+        if request is None:
+            raise RuntimeError("wait() needs start() first")
+        timer = self._timer
+        if timer is None:
+            return  # it never had to wait
+        limiter = self._limiter
         try:
-            await waiter.wait()
+            await request.handle.wait()
         except BaseException:
             timer.cancel()
+            self._timer = None
             limiter._abandon(request)
             raise
         timer.cancel()
+        self._timer = None
         if request.state is not _EXECUTING:
-            raise limiter._rejected(request, limiter._clock.now())
+            raise limiter._rejected(request, limiter._now())
         self._queue_wait = request.start_time - request.arrival_time
+        observer = limiter._observer
         if observer is not None:
             observer.request_dispatched(
                 request.priority_level, request.flow_schema, self._queue_wait, False
             )
+
+    def release(self) -> None:
+        """Give the seats back (or leave the queue). Idempotent; ``async with`` calls it."""
+        request = self._request
+        if request is None:
+            return
+        state = request.state
+        if state is _EXECUTING:
+            self._limiter._finish(request)
+        elif state is _WAITING:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._limiter._abandon(request)
+
+    async def __aenter__(self) -> Admission:
+        if not self.start():
+            # Waiting is a separate coroutine only for requests that must wait.
+            await self.wait()
         return self
 
     def __aexit__(
@@ -169,9 +239,7 @@ class Admission:
     ) -> Awaitable[None]:
         # A plain method returning a finished awaitable: releasing never waits, and this
         # saves creating a coroutine per request.
-        request = self._request
-        if request is not None and request.state is _EXECUTING:
-            self._limiter._finish(request)
+        self.release()
         return _RELEASED
 
     def __repr__(self) -> str:
@@ -410,6 +478,8 @@ class Limiter:
         self._catch_up(now)
         _wake(self._controller.cancel(request, now, timed_out=True))
         request.handle.set()
+        if self._controller.quiesce_report is not None:
+            self._report_quiesced()
 
     def _abandon(self, request: Request) -> None:
         """The waiting task was cancelled: take the request out, or hand its seats back."""
@@ -419,6 +489,8 @@ class Limiter:
             self._catch_up(now)
             _wake(self._controller.cancel(request, now, timed_out=False))
             self._controller.record_rejection(request, now)
+            if self._controller.quiesce_report is not None:
+                self._report_quiesced()
             if self._observer is not None:
                 self._observer.request_cancelled(
                     request.priority_level, request.flow_schema, now - request.arrival_time
@@ -443,16 +515,33 @@ class Limiter:
             self._observer.request_finished(
                 request.priority_level, request.flow_schema, now - request.start_time
             )
-        dispatched = self._controller.finish(request, now)
+        controller = self._controller
+        dispatched = controller.finish(request, now)
         if request.state is _LINGERING:
             self._clock.call_later(request.additional_latency, self._release, request)
         if dispatched:
             _wake(dispatched)
+        if controller.quiesce_report is not None:
+            self._report_quiesced()
 
     def _release(self, request: Request) -> None:
         now = self._clock.now()
         self._catch_up(now)
         _wake(self._controller.release(request, now))
+        if self._controller.quiesce_report is not None:
+            self._report_quiesced()
+
+    def _report_quiesced(self) -> None:
+        report = self._controller.quiesce_report
+        self._controller.quiesce_report = None
+        if report is None:
+            return
+        limits, removed = report
+        for name in removed:
+            logger.info(
+                "priority level %s drained and removed", name, extra={"priority_level": name}
+            )
+        self._report_borrowing(limits)
 
     def _rejected(self, request: Request, now: float) -> Rejected:
         retry_after = self._controller.record_rejection(request, now)

@@ -363,3 +363,100 @@ async def test_real_clock_wait_limit_and_additional_latency() -> None:
     assert limiter.statistics().priority_levels["test"].executing_seats == 1
     await asyncio.sleep(0.05)
     assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
+async def test_start_wait_release_without_async_with() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    first = limiter.admit(_digest("a"))
+    assert first.start() is True
+    second = limiter.admit(_digest("b"))
+    assert second.start() is False  # queued: wait() must follow
+    task = asyncio.get_running_loop().create_task(second.wait())
+    await clock.advance(1)
+    assert not task.done()
+    first.release()
+    first.release()  # idempotent
+    await clock.advance(0)
+    assert task.done() and task.exception() is None
+    assert second.queue_wait == 1.0
+    second.release()
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.waiting_requests, level.dispatched) == (0, 0, 2)
+    # Releasing a request that still waits takes it out of its queue.
+    third, fourth = limiter.admit(_digest("c")), limiter.admit(_digest("d"))
+    assert third.start() and not fourth.start()
+    fourth.release()
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.waiting_requests, level.cancelled) == (0, 1)
+    third.release()
+    with pytest.raises(RuntimeError, match="only once"):
+        third.start()
+    with pytest.raises(RuntimeError, match="start"):
+        await limiter.admit(_digest("e")).wait()
+
+
+async def test_a_level_with_limit_zero_gets_seats_as_soon_as_requests_wait() -> None:
+    # A small server: "anonymous" lends 90% of its 4 nominal seats, so its lower limit is 0
+    # and the first adjustment (no demand yet) leaves it at 0. A waiting request triggers an
+    # adjustment at once (not 10 s later) that gives the level seats.
+    config = single_level_config(limit=10)
+    config["priorityLevels"].append(
+        {"name": "anonymous", "limited": {"nominalConcurrencyShares": 10000, "lendablePercent": 90}}
+    )
+    config["flowSchemas"].insert(
+        0,
+        {
+            "name": "anonymous",
+            "priorityLevelConfiguration": {"name": "anonymous"},
+            "matchingPrecedence": 10,
+            "rules": [
+                {
+                    "subjects": [{"kind": "User", "user": {"name": "system:anonymous"}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                }
+            ],
+        },
+    )
+    limiter = Limiter(config, clock=FakeClock())
+    level = limiter.statistics().priority_levels["anonymous"]
+    assert (level.lower_limit, level.current_limit) == (0, 0)
+    async with limiter.admit(RequestDigest()) as admission:
+        assert admission.priority_level == "anonymous"
+        assert admission.queue_wait == 0.0
+        assert limiter.statistics().priority_levels["anonymous"].current_limit >= 1
+
+
+async def test_a_jail_level_stays_shut() -> None:
+    # Deviation D3: a level with no shares (nominal 0) admits nothing, even when idle.
+    config = single_level_config(limit=10, wait_limit=1)
+    config["priorityLevels"].append(
+        {"name": "jail", "limited": {"nominalConcurrencyShares": 0, "borrowingLimitPercent": 0}}
+    )
+    config["flowSchemas"].insert(
+        0,
+        {
+            "name": "jail",
+            "priorityLevelConfiguration": {"name": "jail"},
+            "matchingPrecedence": 10,
+            "rules": [
+                {
+                    "subjects": [{"kind": "User", "user": {"name": "mallory"}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                }
+            ],
+        },
+    )
+    clock = FakeClock()
+    limiter = Limiter(config, clock=clock)
+    task = asyncio.get_running_loop().create_task(_admit_once(limiter, "mallory"))
+    await clock.advance(1)
+    with pytest.raises(Rejected) as info:
+        await task
+    assert info.value.reason == "time-out"
+    assert limiter.statistics().priority_levels["jail"].dispatched == 0
+
+
+async def _admit_once(limiter: Limiter, user: str) -> None:
+    async with limiter.admit(_digest(user)):
+        pass

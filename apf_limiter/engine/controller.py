@@ -142,6 +142,9 @@ class Controller:
         self.borrowing_regime = 0
         self.borrowing_error = ""
         self.adjustments = 0
+        # Set when a drained quiescing level was dropped: (limits before, removed levels), for
+        # the shell to report; the shell clears it.
+        self.quiesce_report: tuple[dict[str, int], list[str]] | None = None
         self.config = config
         self.nominal_limit_sum = 0
         self.classifier = Classifier(config.flow_schemas, hash_seed=hash_seed)
@@ -383,8 +386,11 @@ class Controller:
     def _requeue_after_quiesce(self, dispatched: Sequence[Request], now: float) -> list[Request]:
         # A drained quiescing level is dropped by a fresh digest of the same configuration, as
         # Kubernetes re-queues a full config sync; shares and limits are recomputed without it.
+        limits = {name: state.queue_set.concurrency_limit for name, state in self.levels.items()}
         result = list(dispatched) if dispatched is not NOTHING else []
         result.extend(self.apply(self.config, now))
+        removed = sorted(set(limits) - set(self.levels))
+        self.quiesce_report = (limits, removed)
         return result
 
     # ----------------------------------------------------------------------------------------
