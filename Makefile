@@ -26,7 +26,7 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 demo: $(STAMP)
-	$(BIN)/apf-limiter show
+	$(BIN)/apf-limiter demo
 
 bench: $(STAMP)
 	$(BIN)/pytest benchmarks -q -p no:randomly --benchmark-only --benchmark-columns=min,median,iqr,rounds

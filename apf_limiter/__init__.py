@@ -4,6 +4,8 @@ An embeddable asyncio concurrency limiter with priority levels, fair queuing bet
 seat borrowing between levels, and a pure-ASGI middleware.
 """
 
+from typing import TYPE_CHECKING
+
 from apf_limiter._version import __version__
 from apf_limiter.config.loader import load_config
 from apf_limiter.config.model import Configuration
@@ -17,7 +19,11 @@ from apf_limiter.engine.statistics import (
 from apf_limiter.errors import ConfigError, ConfigProblem, Rejected
 from apf_limiter.limiter import Admission, Limiter
 
+if TYPE_CHECKING:
+    from apf_limiter.asgi import APFMiddleware
+
 __all__ = [
+    "APFMiddleware",
     "Admission",
     "ConfigError",
     "ConfigProblem",
@@ -32,3 +38,12 @@ __all__ = [
     "__version__",
     "load_config",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The middleware (and what it imports) loads only when it is used.
+    if name == "APFMiddleware":
+        from apf_limiter.asgi import APFMiddleware
+
+        return APFMiddleware
+    raise AttributeError(f"module 'apf_limiter' has no attribute {name!r}")

@@ -34,20 +34,20 @@ Send: TypeAlias = Callable[[Message], Awaitable[None]]
 ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: ``identify(scope)``: who sent the request; ``None`` means anonymous.
-IdentifyHook: TypeAlias = Callable[[Scope], Identity | None | Awaitable[Identity | None]]
+IdentifyHook: TypeAlias = Callable[[Scope], Identity | Awaitable[Identity | None] | None]
 
 #: ``resolve(scope)``: the resource a request acts on; ``None`` keeps it a non-resource one.
 ResolveHook: TypeAlias = Callable[
-    [Scope], ResourceAttributes | None | Awaitable[ResourceAttributes | None]
+    [Scope], ResourceAttributes | Awaitable[ResourceAttributes | None] | None
 ]
 
 #: ``estimate(scope)``: seats, or a full estimate; ``None`` falls back to the route settings.
 EstimateHook: TypeAlias = Callable[
-    [Scope], WorkEstimate | int | None | Awaitable[WorkEstimate | int | None]
+    [Scope], WorkEstimate | int | Awaitable[WorkEstimate | int | None] | None
 ]
 
 #: ``long_running(scope)``: whether seats go back at the response start; ``None`` falls back.
-LongRunningHook: TypeAlias = Callable[[Scope], bool | None | Awaitable[bool | None]]
+LongRunningHook: TypeAlias = Callable[[Scope], bool | Awaitable[bool | None] | None]
 
 #: ``on_reject(scope, rejected)``: the ASGI app (e.g. a Starlette response) that answers.
 RejectHook: TypeAlias = Callable[[Scope, Rejected], ASGIApp | Awaitable[ASGIApp]]

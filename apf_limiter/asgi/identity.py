@@ -1,0 +1,184 @@
+"""From an ASGI scope to a :class:`~apf_limiter.RequestDigest`: identity, path, verb, client.
+
+By default the identity comes from Starlette's ``AuthenticationMiddleware`` (``scope["user"]``
+and ``scope["auth"]``), every request is a non-resource request (verb = lower-case method,
+path = the route path), and the client address feeds ``ByClientIP``. Header values for
+``ByHeader`` are read lazily, only if a schema asks for one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from apf_limiter.asgi.options import Identity, ResourceAttributes, WorkEstimate
+from apf_limiter.asgi.types import Scope
+from apf_limiter.digest import (
+    ANONYMOUS_USER,
+    AUTHENTICATED_GROUP,
+    UNAUTHENTICATED_GROUP,
+    RequestDigest,
+)
+
+__all__ = ["default_identify", "route_path", "build_digest", "ScopeHeaders"]
+
+_ANONYMOUS_GROUPS: tuple[str, ...] = (UNAUTHENTICATED_GROUP,)
+_RESOURCE_VERBS = {"get": "get", "head": "get", "post": "create", "put": "update"}
+_COLLECTION_VERBS = {"get": "list", "head": "list", "delete": "deletecollection"}
+
+
+def default_identify(scope: Scope) -> Identity | None:
+    """The default ``identify`` hook: the user set by Starlette's ``AuthenticationMiddleware``.
+
+    An authenticated ``scope["user"]`` gives its ``identity`` (or, when the user class does not
+    implement it, its ``display_name``) as the user name, and the scopes of ``scope["auth"]``
+    as groups. No user, or an unauthenticated one, is anonymous.
+
+    Args:
+        scope: The ASGI connection scope.
+
+    Returns:
+        The identity, or ``None`` for an anonymous request.
+    """
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    scopes: Sequence[Any] = getattr(scope.get("auth"), "scopes", None) or ()
+    return Identity(_user_name(user), tuple(str(s) for s in scopes))
+
+
+def _user_name(user: object) -> str:
+    for attribute in ("identity", "display_name"):
+        try:
+            value = getattr(user, attribute)
+        except (AttributeError, NotImplementedError):
+            continue
+        if isinstance(value, str) and value:
+            return value
+    return str(user)
+
+
+def route_path(scope: Scope) -> str:
+    """The request path as the application routes it: ``scope["path"]`` without ``root_path``.
+
+    Args:
+        scope: An ``http`` or ``websocket`` scope.
+
+    Returns:
+        The path, starting with ``/``.
+    """
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        rest = path[len(root) :]
+        if not rest:
+            return "/"
+        if rest[0] == "/":
+            return rest
+    return path
+
+
+class ScopeHeaders(Mapping[str, str]):
+    """The request headers of a scope as a lower-case name to value mapping, decoded on demand.
+
+    The first value of a repeated header wins. Building one costs nothing until a ``ByHeader``
+    distinguisher looks a header up.
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: Sequence[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+
+    def __getitem__(self, name: str) -> str:
+        key = name.lower().encode("latin-1")
+        for header, value in self._raw:
+            if header == key:
+                return value.decode("latin-1")
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        seen: set[bytes] = set()
+        for header, _ in self._raw:
+            if header not in seen:
+                seen.add(header)
+                yield header.decode("latin-1")
+
+    def __len__(self) -> int:
+        return len({header for header, _ in self._raw})
+
+    def __repr__(self) -> str:
+        return f"ScopeHeaders({dict(self)!r})"
+
+
+def build_digest(
+    scope: Scope,
+    identity: Identity | None,
+    resource: ResourceAttributes | None,
+    estimate: WorkEstimate | None,
+) -> RequestDigest:
+    """Build the digest the limiter classifies a request by.
+
+    Args:
+        scope: An ``http`` or ``websocket`` scope.
+        identity: Who sent it (``None``: anonymous).
+        resource: The resource it acts on (``None``: a non-resource request).
+        estimate: Its work estimate (``None``: 1 seat).
+
+    Returns:
+        The request digest.
+    """
+    if identity is None:
+        user, groups = ANONYMOUS_USER, _ANONYMOUS_GROUPS
+    else:
+        user, groups = identity.user, identity.groups
+        if AUTHENTICATED_GROUP not in groups:
+            groups = (*groups, AUTHENTICATED_GROUP)
+    client = scope.get("client")
+    address = client[0] if client else ""
+    method = scope.get("method", "GET").lower() if scope["type"] == "http" else "get"
+    headers = ScopeHeaders(scope.get("headers") or ())
+    seats, final_seats, latency = (
+        (None, 0, 0.0)
+        if estimate is None
+        else (estimate.seats, estimate.final_seats, estimate.additional_latency)
+    )
+    if resource is None:
+        return RequestDigest(
+            user=user,
+            groups=groups,
+            verb=method,
+            path=route_path(scope),
+            client=address,
+            headers=headers,
+            seats=seats,
+            final_seats=final_seats,
+            additional_latency=latency,
+        )
+    verb = resource.verb
+    if verb is None:
+        verb = _resource_verb(scope["type"], method, bool(resource.name))
+    return RequestDigest(
+        user=user,
+        groups=groups,
+        verb=verb,
+        path=route_path(scope),
+        api_group=resource.api_group,
+        resource=resource.resource,
+        subresource=resource.subresource,
+        namespace=resource.namespace,
+        name=resource.name,
+        client=address,
+        headers=headers,
+        seats=seats,
+        final_seats=final_seats,
+        additional_latency=latency,
+    )
+
+
+def _resource_verb(kind: str, method: str, named: bool) -> str:
+    if kind == "websocket":
+        return "watch"
+    if not named and method in _COLLECTION_VERBS:
+        return _COLLECTION_VERBS[method]
+    return _RESOURCE_VERBS.get(method, method)

@@ -1,0 +1,281 @@
+"""APFMiddleware: Kubernetes API Priority and Fairness in front of any ASGI application.
+
+Per request (``http`` and ``websocket`` scopes): build a digest (identity, path or resource,
+work estimate), admit it through the :class:`~apf_limiter.Limiter`, then run the application
+holding the seats, or answer 429. The admission is started with ``Admission.start()``, which
+never waits, so a request that finds free seats costs no event-loop round trip and never
+touches ``receive``; only a request that has to queue gets a helper task watching for its
+client to disconnect
+(:mod:`apf_limiter.asgi.waiting`). Ordinary requests hold their seats until the response body
+is complete; long-running ones (WebSockets, marked routes) give them back once the response has
+started or the socket is accepted. ``lifespan`` passes through.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Mapping
+
+from apf_limiter.asgi.identity import build_digest, default_identify, route_path
+from apf_limiter.asgi.options import Identity, ResourceAttributes, RouteOptions, WorkEstimate
+from apf_limiter.asgi.responses import HeaderNames, send_rejection, with_headers
+from apf_limiter.asgi.routes import RouteLookup
+from apf_limiter.asgi.types import (
+    ASGIApp,
+    AuthorizeHook,
+    EstimateHook,
+    IdentifyHook,
+    LongRunningHook,
+    Message,
+    Receive,
+    RejectHook,
+    ResolveHook,
+    Scope,
+    Send,
+)
+from apf_limiter.asgi.waiting import wait_watching_disconnect
+from apf_limiter.digest import RequestDigest
+from apf_limiter.errors import Rejected
+from apf_limiter.limiter import Admission, ConfigSource, Limiter
+
+__all__ = ["APFMiddleware", "DEBUG_PATH"]
+
+#: Requests below this path go to the debug endpoints when ``debug_endpoints=True``.
+DEBUG_PATH = "/debug/api_priority_and_fairness"
+
+_STARTS = frozenset({"http.response.start", "websocket.accept", "websocket.http.response.start"})
+_BODIES = frozenset({"http.response.body", "http.response.zerocopysend"})
+_LIFESPAN_ENDS = frozenset({"lifespan.shutdown.complete", "lifespan.shutdown.failed"})
+
+
+class APFMiddleware:
+    """Pure-ASGI middleware that admits requests through Kubernetes API Priority and Fairness.
+
+    Use it with ``app.add_middleware(APFMiddleware, config=...)`` (Starlette, FastAPI) or wrap
+    any ASGI application: ``APFMiddleware(app, limiter=limiter)``. See ``docs/asgi.md``.
+
+    Args:
+        app: The ASGI application to guard.
+        limiter: The limiter to admit requests through (shared, e.g. with a metrics endpoint).
+        config: The configuration of a limiter the middleware creates (``None`` and no
+            ``limiter``: the built-in web-app configuration). Not together with ``limiter``.
+        identify: ``identify(scope) -> Identity | None``: who sent the request. Defaults to
+            the user of Starlette's ``AuthenticationMiddleware`` (``scope["user"]`` and the
+            scopes of ``scope["auth"]`` as groups); ``None`` means anonymous.
+        resolve: ``resolve(scope) -> ResourceAttributes | None``: turns a request into a
+            resource request (e.g. a tenant from the path as namespace).
+        estimate: ``estimate(scope) -> WorkEstimate | int | None``: seats of a request;
+            ``None`` falls back to the route settings, then 1 seat.
+        long_running: ``long_running(scope) -> bool | None``: whether a request gives its
+            seats back once its response has started; ``None`` falls back to the route
+            settings (WebSockets always are, unless the hook says ``False``).
+        paths: Route settings by ``nonResourceURLs`` pattern, for applications whose
+            endpoints cannot be marked with :func:`~apf_limiter.asgi.route_options`.
+        on_reject: ``on_reject(scope, rejected) -> ASGI app``: builds a custom rejection
+            response (e.g. a Starlette ``Response``); ``Retry-After`` and the APF headers are
+            added unless it sets them.
+        wait_limit: Seconds a request may wait in a queue; ``None``: the configuration's
+            ``requestWaitLimit``.
+        flow_schema_header: Response header naming the flow schema; ``None`` for none.
+        priority_level_header: Response header naming the priority level; ``None`` for none.
+        response_headers: ``False`` turns both APF response headers off.
+        max_body_buffer: Bytes of request body kept while a request waits in a queue (to be
+            replayed to the application); past this, disconnects are no longer watched.
+        debug_endpoints: Serve the debug endpoints under ``/debug/api_priority_and_fairness/``
+            (bypassing admission), guarded by ``authorize``.
+        authorize: ``authorize(scope)``: whether a debug request may be served.
+
+    Raises:
+        ValueError: On contradicting or out-of-range arguments.
+        ConfigError: If ``config`` is invalid.
+        ImportError: If ``debug_endpoints=True`` but the debug endpoints are not installed.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limiter: Limiter | None = None,
+        config: ConfigSource | None = None,
+        identify: IdentifyHook | None = None,
+        resolve: ResolveHook | None = None,
+        estimate: EstimateHook | None = None,
+        long_running: LongRunningHook | None = None,
+        paths: Mapping[str, RouteOptions] | None = None,
+        on_reject: RejectHook | None = None,
+        wait_limit: float | None = None,
+        flow_schema_header: str | None = "X-APF-Flow-Schema",
+        priority_level_header: str | None = "X-APF-Priority-Level",
+        response_headers: bool = True,
+        max_body_buffer: int = 65536,
+        debug_endpoints: bool = False,
+        authorize: AuthorizeHook | None = None,
+    ) -> None:
+        if limiter is not None and config is not None:
+            raise ValueError("give APFMiddleware a limiter or a config, not both")
+        if wait_limit is not None and not wait_limit >= 0:
+            raise ValueError(f"wait_limit must be a non-negative number, got {wait_limit!r}")
+        if isinstance(max_body_buffer, bool) or not isinstance(max_body_buffer, int):
+            raise ValueError(f"max_body_buffer must be an integer, got {max_body_buffer!r}")
+        if max_body_buffer < 0:
+            raise ValueError(f"max_body_buffer must not be negative, got {max_body_buffer!r}")
+        self.app = app
+        self._owns_limiter = limiter is None
+        self._limiter = limiter if limiter is not None else Limiter(config)
+        self._identify: IdentifyHook = identify if identify is not None else default_identify
+        self._resolve = resolve
+        self._estimate = estimate
+        self._long_running = long_running
+        self._routes = RouteLookup(paths)
+        self._on_reject = on_reject
+        self._wait_limit = wait_limit
+        self._headers = HeaderNames(
+            flow_schema_header if response_headers else None,
+            priority_level_header if response_headers else None,
+        )
+        self._max_body_buffer = max_body_buffer
+        self._debug_app: ASGIApp | None = None
+        if debug_endpoints:
+            self._debug_app = _load_debug_app(self._limiter, authorize)
+
+    @property
+    def limiter(self) -> Limiter:
+        """The limiter requests are admitted through."""
+        return self._limiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection: admit ``http``/``websocket`` scopes, pass others on."""
+        kind = scope["type"]
+        if kind == "http" or kind == "websocket":
+            if self._debug_app is not None and _is_debug_path(route_path(scope)):
+                await self._debug_app(scope, receive, send)
+                return
+            await self._admit(scope, receive, send)
+        elif kind == "lifespan" and self._owns_limiter:
+            await self.app(scope, receive, self._lifespan_send(send))
+        else:
+            await self.app(scope, receive, send)
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send) -> None:
+        digest, long_running = await self._classify(scope)
+        admission = self._limiter.admit(digest, wait_limit=self._wait_limit)
+        try:
+            admitted = admission.start()  # never waits: the fast path ends here
+        except Rejected as rejected:
+            await self._reject(scope, receive, send, rejected)
+            return
+        if not admitted:
+            waited = await wait_watching_disconnect(admission, receive, self._max_body_buffer)
+            if waited.rejected is not None:
+                await self._reject(scope, waited.receive, send, waited.rejected)
+                return
+            if waited.disconnected:
+                admission.release()  # dispatched in the same instant the client left
+                return
+            receive = waited.receive
+        try:
+            state = scope.get("state")
+            if state is None:
+                state = scope["state"] = {}
+            state["apf"] = admission
+            await self.app(scope, receive, self._sender(send, admission, long_running))
+        finally:
+            admission.release()
+
+    async def _classify(self, scope: Scope) -> tuple[RequestDigest, bool]:
+        identity = self._identify(scope)
+        if inspect.isawaitable(identity):
+            identity = await identity
+        if identity is not None and not isinstance(identity, Identity):
+            raise TypeError(f"identify() must return an Identity or None, got {identity!r}")
+        resource: ResourceAttributes | None = None
+        if self._resolve is not None:
+            resolved = self._resolve(scope)
+            resource = await resolved if inspect.isawaitable(resolved) else resolved
+            if resource is not None and not isinstance(resource, ResourceAttributes):
+                raise TypeError(
+                    f"resolve() must return ResourceAttributes or None, got {resource!r}"
+                )
+        estimate: WorkEstimate | None = None
+        if self._estimate is not None:
+            estimated = self._estimate(scope)
+            if inspect.isawaitable(estimated):
+                estimated = await estimated
+            if isinstance(estimated, int):
+                estimated = WorkEstimate(estimated)
+            elif estimated is not None and not isinstance(estimated, WorkEstimate):
+                raise TypeError(
+                    f"estimate() must return a WorkEstimate, an int or None, got {estimated!r}"
+                )
+            estimate = estimated
+        long_running: bool | None = None
+        if self._long_running is not None:
+            marked = self._long_running(scope)
+            long_running = await marked if inspect.isawaitable(marked) else marked
+        if estimate is None or long_running is None:
+            options = self._routes.lookup(scope)
+            if options is not None:
+                if estimate is None:
+                    estimate = options.estimate
+                if long_running is None and options.long_running:
+                    long_running = True
+        if long_running is None:
+            long_running = scope["type"] == "websocket"
+        return build_digest(scope, identity, resource, estimate), long_running
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, rejected: Rejected) -> None:
+        headers = self._headers.headers(rejected.flow_schema, rejected.priority_level)
+        await send_rejection(scope, receive, send, rejected, headers, self._on_reject)
+
+    def _sender(self, send: Send, admission: Admission, long_running: bool) -> Send:
+        extra = (
+            self._headers.headers(admission.flow_schema, admission.priority_level)
+            if self._headers.enabled
+            else None
+        )
+
+        async def send_and_release(message: Message) -> None:
+            kind = message["type"]
+            if kind in _STARTS:
+                await send(with_headers(message, extra) if extra else message)
+                if long_running:
+                    await admission.__aexit__(None, None, None)
+                return
+            await send(message)
+            if (
+                kind in _BODIES and not message.get("more_body", False)
+            ) or kind == "http.response.pathsend":
+                await admission.__aexit__(None, None, None)
+
+        return send_and_release
+
+    def _lifespan_send(self, send: Send) -> Send:
+        limiter = self._limiter
+
+        async def lifespan_send(message: Message) -> None:
+            await send(message)
+            if message["type"] in _LIFESPAN_ENDS:
+                limiter.close()
+
+        return lifespan_send
+
+    def __repr__(self) -> str:
+        return f"<APFMiddleware {self._limiter!r} app={self.app!r}>"
+
+
+def _is_debug_path(path: str) -> bool:
+    return path == DEBUG_PATH or path.startswith(DEBUG_PATH + "/")
+
+
+def _load_debug_app(limiter: Limiter, authorize: AuthorizeHook | None) -> ASGIApp:
+    try:
+        endpoints = importlib.import_module("apf_limiter.observability.endpoints")
+    except ImportError as exc:
+        raise ImportError(
+            "APFMiddleware(debug_endpoints=True) needs apf_limiter.observability.endpoints, "
+            f"which could not be imported ({exc}); install a release that ships the debug "
+            "endpoints or leave debug_endpoints off"
+        ) from exc
+    app: ASGIApp = endpoints.debug_app(limiter, authorize=authorize)
+    return app

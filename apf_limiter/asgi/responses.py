@@ -1,0 +1,150 @@
+"""What the middleware sends: the APF response headers and the rejection response.
+
+A rejected HTTP request gets ``429 Too Many Requests`` with ``Retry-After`` (the level's
+dropped-requests tracker, via :attr:`Rejected.retry_after`) and the JSON body
+``{"detail": "Too many requests, please try again later."}``. A rejected WebSocket gets the same
+429 where the server supports the ASGI WebSocket denial-response extension, else it is closed
+before accept with code 1013 (try again later). An ``on_reject`` hook replaces the response.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+from apf_limiter.asgi.types import Message, Receive, RejectHook, Scope, Send
+from apf_limiter.errors import Rejected
+
+__all__ = [
+    "REJECTION_DETAIL",
+    "WEBSOCKET_TRY_AGAIN_LATER",
+    "HeaderNames",
+    "send_rejection",
+    "with_headers",
+]
+
+#: The rejection message (Kubernetes' wording).
+REJECTION_DETAIL = "Too many requests, please try again later."
+#: The WebSocket close code of a rejection when no denial response is possible.
+WEBSOCKET_TRY_AGAIN_LATER = 1013
+
+_BODY = json.dumps({"detail": REJECTION_DETAIL}, separators=(",", ":")).encode()
+_DENIAL_EXTENSION = "websocket.http.response"
+_RESPONSE_STARTS = frozenset({"http.response.start", "websocket.http.response.start"})
+
+
+class HeaderNames:
+    """The names of the two APF response headers, encoded once; either may be off.
+
+    Args:
+        flow_schema: Name of the header carrying the flow schema, or ``None`` for none.
+        priority_level: Name of the header carrying the priority level, or ``None``.
+    """
+
+    __slots__ = ("flow_schema", "priority_level", "_cache")
+
+    def __init__(self, flow_schema: str | None, priority_level: str | None) -> None:
+        self.flow_schema = _header_name(flow_schema)
+        self.priority_level = _header_name(priority_level)
+        # (schema, level) -> pairs; bounded by the configurations' schemas times levels.
+        self._cache: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        """Whether at least one header is sent."""
+        return self.flow_schema is not None or self.priority_level is not None
+
+    def headers(self, flow_schema: str, priority_level: str) -> list[tuple[bytes, bytes]]:
+        """The header pairs naming a request's flow schema and priority level (do not mutate)."""
+        key = (flow_schema, priority_level)
+        pairs = self._cache.get(key)
+        if pairs is None:
+            pairs = self._cache[key] = self._encode(flow_schema, priority_level)
+            if len(self._cache) > 4096:  # names come from configurations, but stay bounded
+                self._cache.clear()
+        return pairs
+
+    def _encode(self, flow_schema: str, priority_level: str) -> list[tuple[bytes, bytes]]:
+        pairs = []
+        if self.flow_schema is not None:
+            pairs.append((self.flow_schema, flow_schema.encode("latin-1")))
+        if self.priority_level is not None:
+            pairs.append((self.priority_level, priority_level.encode("latin-1")))
+        return pairs
+
+
+def _header_name(name: str | None) -> bytes | None:
+    if name is None:
+        return None
+    if not name or not name.isascii() or any(c in name for c in " \t\r\n:"):
+        raise ValueError(f"invalid header name {name!r}")
+    return name.lower().encode("ascii")
+
+
+def with_headers(message: Message, extra: list[tuple[bytes, bytes]]) -> Message:
+    """A copy of a response-start message with ``extra`` headers appended.
+
+    Args:
+        message: An ``http.response.start``, ``websocket.accept`` or denial-start message.
+        extra: Header pairs to append.
+
+    Returns:
+        A new message (the application's message is left as it was).
+    """
+    return {**message, "headers": [*message.get("headers", ()), *extra]}
+
+
+async def send_rejection(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    rejected: Rejected,
+    headers: list[tuple[bytes, bytes]],
+    on_reject: RejectHook | None,
+) -> None:
+    """Answer a rejected request.
+
+    Args:
+        scope: The request's scope.
+        receive: The request's ``receive`` (replaying anything read while it waited).
+        send: The server's ``send``.
+        rejected: Why the request was rejected.
+        headers: The APF headers to add to the response.
+        on_reject: The hook that builds a custom response, or ``None``.
+    """
+    websocket = scope["type"] == "websocket"
+    if websocket:
+        # The server's first message is websocket.connect; take it before answering.
+        await receive()
+        if _DENIAL_EXTENSION not in (scope.get("extensions") or {}):
+            await send({"type": "websocket.close", "code": WEBSOCKET_TRY_AGAIN_LATER, "reason": ""})
+            return
+    retry_after = (b"retry-after", str(rejected.retry_after).encode("ascii"))
+    if on_reject is not None:
+        app = on_reject(scope, rejected)
+        if inspect.isawaitable(app):
+            app = await app
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] in _RESPONSE_STARTS:
+                present = {name.lower() for name, _ in message.get("headers", ())}
+                extra = [pair for pair in (retry_after, *headers) if pair[0] not in present]
+                message = with_headers(message, extra)
+            await send(message)
+
+        await app(scope, receive, send_with_headers)
+        return
+    prefix = "websocket." if websocket else ""
+    await send(
+        {
+            "type": prefix + "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(_BODY)).encode("ascii")),
+                retry_after,
+                *headers,
+            ],
+        }
+    )
+    await send({"type": prefix + "http.response.body", "body": _BODY})

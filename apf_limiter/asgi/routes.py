@@ -1,0 +1,137 @@
+"""Finding a request's :class:`~apf_limiter.asgi.RouteOptions`.
+
+Two sources, in this order:
+
+1. The endpoint the application will route the request to, marked with
+   :func:`~apf_limiter.asgi.route_options`. The middleware runs before the router, so it
+   matches the request against ``scope["app"].routes`` itself (Starlette and FastAPI routers,
+   mounts and hosts included). An application with no marked endpoint pays one cached check.
+2. The middleware's ``paths=`` mapping, whose keys are ``nonResourceURLs`` patterns
+   (``/reports`` covers ``/reports`` and everything below it, ``/reports/*`` only what is
+   below, ``*`` every path); the longest matching pattern wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from apf_limiter.asgi.identity import route_path
+from apf_limiter.asgi.options import ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
+from apf_limiter.asgi.types import Scope
+from apf_limiter.engine.rules import non_resource_url_matches
+
+__all__ = ["RouteLookup", "endpoint_options"]
+
+_MAX_DEPTH = 16  # mounts inside mounts; deeper nesting is not followed
+
+
+def endpoint_options(endpoint: object) -> RouteOptions | None:
+    """The :class:`RouteOptions` an endpoint was marked with, if any.
+
+    Args:
+        endpoint: A function, method or endpoint class.
+
+    Returns:
+        The options, or ``None`` when the endpoint is not marked.
+    """
+    options = getattr(endpoint, ROUTE_OPTIONS_ATTRIBUTE, None)
+    return options if isinstance(options, RouteOptions) else None
+
+
+class RouteLookup:
+    """Finds the :class:`RouteOptions` of requests: marked endpoints first, then path patterns.
+
+    Args:
+        paths: ``nonResourceURLs`` patterns to options, or ``None``.
+
+    Raises:
+        ValueError: If a pattern is not ``*`` and does not start with ``/``.
+        TypeError: If a value is not a :class:`RouteOptions`.
+    """
+
+    __slots__ = ("_paths", "_apps")
+
+    def __init__(self, paths: Mapping[str, RouteOptions] | None = None) -> None:
+        items = list((paths or {}).items())
+        for pattern, options in items:
+            if pattern != "*" and not pattern.startswith("/"):
+                raise ValueError(f"paths: pattern {pattern!r} must be '*' or start with '/'")
+            if not isinstance(options, RouteOptions):
+                raise TypeError(f"paths[{pattern!r}] must be a RouteOptions, got {options!r}")
+        # Longest first, so the most specific pattern wins; "*" (length 1) comes last.
+        items.sort(key=lambda item: (item[0] == "*", -len(item[0])))
+        self._paths: tuple[tuple[str, RouteOptions], ...] = tuple(items)
+        # id(app) -> (app, number of routes when scanned, whether any endpoint is marked).
+        self._apps: dict[int, tuple[object, int, bool]] = {}
+
+    @property
+    def empty(self) -> bool:
+        """Whether there are no path patterns (marked endpoints are still looked up)."""
+        return not self._paths
+
+    def lookup(self, scope: Scope) -> RouteOptions | None:
+        """The options of the request of ``scope``, or ``None`` when nothing sets any.
+
+        Args:
+            scope: An ``http`` or ``websocket`` scope.
+
+        Returns:
+            The options of the marked endpoint, else of the longest matching path pattern.
+        """
+        options = self._from_endpoint(scope)
+        if options is None and self._paths:
+            path = route_path(scope)
+            for pattern, candidate in self._paths:
+                if non_resource_url_matches(pattern, path):
+                    return candidate
+        return options
+
+    def _from_endpoint(self, scope: Scope) -> RouteOptions | None:
+        app = scope.get("app")
+        if app is None:
+            return None
+        routes = getattr(app, "routes", None)
+        if not routes:
+            return None
+        known = self._apps.get(id(app))
+        if known is None or known[0] is not app or known[1] != len(routes):
+            marked = _any_marked(routes, 0)
+            if len(self._apps) > 64:  # apps come and go only in tests; keep this bounded
+                self._apps.clear()
+            self._apps[id(app)] = (app, len(routes), marked)
+        elif not known[2]:
+            return None
+        return endpoint_options(_match_endpoint(routes, scope, 0))
+
+
+def _any_marked(routes: Sequence[Any], depth: int) -> bool:
+    for route in routes:
+        if endpoint_options(getattr(route, "endpoint", None)) is not None:
+            return True
+        children = getattr(route, "routes", None)
+        if children and depth < _MAX_DEPTH and _any_marked(children, depth + 1):
+            return True
+    return False
+
+
+def _match_endpoint(routes: Sequence[Any], scope: Scope, depth: int) -> object:
+    """The endpoint of the first route that fully matches, as Starlette's router picks it."""
+    for route in routes:
+        matches = getattr(route, "matches", None)
+        if matches is None:
+            continue
+        try:
+            match, child_scope = matches(scope)
+        except Exception:  # a foreign route object; the router will deal with it
+            continue
+        if getattr(match, "name", None) != "FULL":
+            continue
+        endpoint = getattr(route, "endpoint", None)
+        if endpoint is not None:
+            return endpoint
+        children = getattr(route, "routes", None)
+        if children and depth < _MAX_DEPTH:
+            return _match_endpoint(children, {**scope, **child_scope}, depth + 1)
+        return None
+    return None

@@ -1,0 +1,144 @@
+"""Waiting in a queue while watching for the client to go away, without losing its body.
+
+The middleware starts an admission with :meth:`Admission.start`, which never waits: when seats
+are free that is all, and nothing here runs (no task, no ``receive``). Only a request that has
+to wait comes here. It waits (:meth:`Admission.wait`) in its own task while one helper task
+reads ``receive()``:
+
+* ``http.disconnect`` / ``websocket.disconnect``: the wait is cancelled, which takes the request
+  out of its queue, and the application never runs.
+* any other message (body chunks, ``websocket.connect``) is kept, to be replayed to the
+  application in order before its own ``receive()`` calls reach the server.
+
+Once the kept bodies reach ``max_buffer`` bytes the helper stops reading: the rest of the body
+stays with the server (flow control pushes back on the client) and the request waits on
+without disconnect detection. When the wait ends, the helper's pending ``receive()`` is
+cancelled; ASGI servers' ``receive`` is cancel-safe (Starlette cancels it the same way while
+streaming responses).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import anyio
+
+from apf_limiter.asgi.types import Message, Receive
+from apf_limiter.errors import Rejected
+from apf_limiter.limiter import Admission
+
+__all__ = ["Waited", "ReplayReceive", "wait_watching_disconnect"]
+
+_DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
+
+
+class ReplayReceive:
+    """A ``receive`` that first replays the messages read while the request waited.
+
+    Args:
+        messages: The kept messages, in arrival order.
+        receive: The server's ``receive``.
+        error: An exception the server's ``receive`` raised while the request waited; it is
+            raised again after the kept messages.
+    """
+
+    __slots__ = ("_messages", "_receive", "_error")
+
+    def __init__(
+        self, messages: deque[Message], receive: Receive, error: BaseException | None
+    ) -> None:
+        self._messages = messages
+        self._receive = receive
+        self._error = error
+
+    async def __call__(self) -> Message:
+        """Return the next kept message, else the server's next message."""
+        if self._messages:
+            return self._messages.popleft()
+        error = self._error
+        if error is not None:
+            self._error = None
+            raise error
+        return await self._receive()
+
+
+@dataclass(slots=True)
+class Waited:
+    """How a queued request's wait ended.
+
+    Attributes:
+        entered: The admission was entered (the request holds its seats).
+        rejected: The admission raised this instead (``None`` otherwise).
+        disconnected: The client went away while the request waited.
+        receive: The ``receive`` for the application (replays what was read while waiting).
+    """
+
+    entered: bool
+    rejected: Rejected | None
+    disconnected: bool
+    receive: Receive
+
+
+class _Watcher:
+    __slots__ = ("receive", "max_buffer", "messages", "disconnected", "error", "scope")
+
+    def __init__(self, receive: Receive, max_buffer: int) -> None:
+        self.receive = receive
+        self.max_buffer = max_buffer
+        self.messages: deque[Message] = deque()
+        self.disconnected = False
+        self.error: BaseException | None = None
+        self.scope: anyio.CancelScope | None = None
+
+    async def run(self) -> None:
+        kept = 0
+        while kept < self.max_buffer:
+            try:
+                message = await self.receive()
+            except Exception as exc:  # the application will meet it at its own receive()
+                self.error = exc
+                return
+            if message.get("type") in _DISCONNECTS:
+                self.disconnected = True
+                if self.scope is not None:
+                    self.scope.cancel()
+                return
+            self.messages.append(message)
+            kept += _size(message)
+
+
+def _size(message: Message) -> int:
+    data = message.get("body") or message.get("bytes") or message.get("text") or b""
+    return len(data)
+
+
+async def wait_watching_disconnect(
+    admission: Admission, receive: Receive, max_buffer: int
+) -> Waited:
+    """Wait for a queued admission's seats while watching ``receive`` for a disconnect.
+
+    Args:
+        admission: An admission whose :meth:`~Admission.start` returned ``False``.
+        receive: The server's ``receive``.
+        max_buffer: Bytes of body to keep at most before the watching stops.
+
+    Returns:
+        How the wait ended. Exceptions other than :class:`Rejected` (a cancellation of the
+        request's task, say) propagate after the request left its queue.
+    """
+    watcher = _Watcher(receive, max_buffer)
+    entered = False
+    rejected: Rejected | None = None
+    async with anyio.create_task_group() as group:
+        watcher.scope = group.cancel_scope
+        group.start_soon(watcher.run)
+        try:
+            await admission.wait()
+            entered = True
+        except Rejected as exc:
+            rejected = exc
+        group.cancel_scope.cancel()
+    if watcher.messages or watcher.error is not None:
+        receive = ReplayReceive(watcher.messages, receive, watcher.error)
+    return Waited(entered, rejected, watcher.disconnected, receive)

@@ -1,0 +1,124 @@
+"""The demo's output: the live progress line and the side-by-side table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from apf_limiter.demo.load import ELEPHANT, ClientResult
+
+__all__ = ["percentile", "progress_line", "render_table", "mice_p99", "verdict"]
+
+_RUN_TITLES = {"semaphore": "semaphore (today)", "apf": "APF (apf_limiter)"}
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile of ``values`` (``nan`` when there are none)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def _mice(results: Mapping[str, ClientResult]) -> ClientResult:
+    merged = ClientResult("all mice", "mouse")
+    for result in results.values():
+        if result.kind == "mouse":
+            merged.latencies.extend(result.latencies)
+            merged.rejected += result.rejected
+            merged.failed += result.failed
+    return merged
+
+
+def mice_p99(results: Mapping[str, ClientResult]) -> float:
+    """The 99th percentile latency of all the mice's served requests, in seconds."""
+    return percentile(_mice(results).latencies, 0.99)
+
+
+def _ms(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1000:.0f} ms"
+
+
+def progress_line(
+    run: str, elapsed: float, duration: float, results: Mapping[str, ClientResult]
+) -> str:
+    """One line of live progress: the run, time, and what the clients got so far."""
+    width = 20
+    filled = min(width, int(width * elapsed / duration)) if duration > 0 else width
+    bar = "#" * filled + "." * (width - filled)
+    elephant = results[ELEPHANT]
+    mice = _mice(results)
+    return (
+        f"{_RUN_TITLES.get(run, run):<18} [{bar}] {elapsed:4.1f}/{duration:.1f} s  "
+        f"elephant {elephant.served} served, {elephant.rejected} x 429  |  "
+        f"mice {mice.served} served, p99 {_ms(percentile(mice.latencies, 0.99))}"
+    )
+
+
+def _cells(result: ClientResult | None) -> list[str]:
+    if result is None:
+        return ["", "", "", ""]
+    return [
+        str(result.served),
+        str(result.rejected),
+        _ms(percentile(result.latencies, 0.50)),
+        _ms(percentile(result.latencies, 0.99)),
+    ]
+
+
+def render_table(runs: Mapping[str, Mapping[str, ClientResult]]) -> str:
+    """The side-by-side table: per client and run, served, 429s, p50 and p99 latency."""
+    names = list(runs)
+    clients: list[str] = []
+    for results in runs.values():
+        clients += [name for name in results if name not in clients]
+    header_cells = ["served", "429s", "p50", "p99"]
+    widths = [7, 6, 9, 9]
+    rows: list[list[str]] = []
+    for client in [*clients, "all mice"]:
+        row = [client]
+        for run in names:
+            results = runs[run]
+            result = _mice(results) if client == "all mice" else results.get(client)
+            row += _cells(result)
+        rows.append(row)
+    name_width = max(10, *(len(row[0]) for row in rows))
+    block = sum(widths) + 2
+    lines = [
+        " " * name_width + "".join(f" | {_RUN_TITLES.get(run, run):<{block - 3}}" for run in names),
+        f"{'client':<{name_width}}"
+        + "".join(
+            " |" + "".join(f"{cell:>{w}}" for cell, w in zip(header_cells, widths, strict=True))
+            for _ in names
+        ),
+    ]
+    lines.append("-" * len(lines[1]))
+    for row in rows:
+        if row[0] == "all mice":
+            lines.append("-" * len(lines[1]))
+        line = f"{row[0]:<{name_width}}"
+        for index in range(len(names)):
+            cells = row[1 + 4 * index : 5 + 4 * index]
+            line += " |" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+        lines.append(line)
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def verdict(runs: Mapping[str, Mapping[str, ClientResult]]) -> str:
+    """One sentence comparing the mice's p99 latency without and with APF."""
+    before = mice_p99(runs["semaphore"])
+    after = mice_p99(runs["apf"])
+    if math.isnan(before) or math.isnan(after) or after <= 0:
+        return "Not enough mice requests were served to compare the runs.\n"
+    factor = before / after
+    better = f"{factor:.1f}x lower" if factor >= 1 else f"{1 / factor:.1f}x higher"
+    median_before = percentile(_mice(runs["semaphore"]).latencies, 0.5)
+    median_after = percentile(_mice(runs["apf"]).latencies, 0.5)
+    elephant = runs["apf"][ELEPHANT]
+    return (
+        f"Mice p99 latency: {_ms(before)} behind the semaphore, {_ms(after)} behind APF "
+        f"({better}; p50 {_ms(median_before)} -> {_ms(median_after)}).\n"
+        f"The elephant keeps the seats the mice leave ({elephant.served} served) and is told "
+        f"to back off: {elephant.rejected} x 429 with Retry-After.\n"
+    )

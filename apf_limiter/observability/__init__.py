@@ -1,0 +1,39 @@
+"""Observability: Prometheus metrics, the Kubernetes debug dumps, and a live dashboard.
+
+* :class:`PrometheusMetrics` — every ``apiserver_flowcontrol_*`` metric of Kubernetes under a
+  configurable prefix (``apf_flowcontrol_*`` by default). Needs the ``prometheus`` extra
+  (``prometheus_client``), imported only when metrics are created.
+* :func:`metrics_app` — an ASGI app serving a registry, for ``/metrics``.
+* :func:`debug_app` — the three Kubernetes dumps (text or JSON) and the HTML dashboard, each
+  denied unless an ``authorize(scope)`` hook allows it.
+* :func:`dump_priority_levels`, :func:`dump_queues`, :func:`dump_requests` and
+  :func:`dashboard_feed` — the same data as values.
+"""
+
+from apf_limiter.observability.catalog import METRICS, MetricSpec
+from apf_limiter.observability.dashboard import dashboard_feed
+from apf_limiter.observability.dumps import Dump, dump_priority_levels, dump_queues, dump_requests
+from apf_limiter.observability.endpoints import (
+    DEBUG_PREFIX,
+    DebugApp,
+    MetricsApp,
+    debug_app,
+    metrics_app,
+)
+from apf_limiter.observability.metrics import PrometheusMetrics
+
+__all__ = [
+    "DEBUG_PREFIX",
+    "METRICS",
+    "DebugApp",
+    "Dump",
+    "MetricSpec",
+    "MetricsApp",
+    "PrometheusMetrics",
+    "dashboard_feed",
+    "debug_app",
+    "dump_priority_levels",
+    "dump_queues",
+    "dump_requests",
+    "metrics_app",
+]

@@ -1,0 +1,171 @@
+"""The dashboard page: one HTML document with an inline script, no external resources."""
+
+from __future__ import annotations
+
+__all__ = ["DASHBOARD_HTML", "DASHBOARD_SCRIPT", "DASHBOARD_STYLE"]
+
+DASHBOARD_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2330;background:#f6f7f9}
+h1{font-size:1.3em;margin:0 0 .2em}
+#summary{margin:.3em 0 1em;color:#4a5264}
+#summary b{color:#1d2330}
+#status.error{color:#b3261e;font-weight:bold}
+table{border-collapse:collapse;background:#fff;box-shadow:0 1px 3px #0002}
+th,td{padding:.35em .7em;border-bottom:1px solid #e3e6ea;text-align:right;white-space:nowrap}
+th{background:#eef0f4;font-weight:600;font-size:.85em}
+th.group{text-align:center;border-left:1px solid #d5d9e0}
+td.name,th.name{text-align:left;font-weight:600}
+td.sep,th.sep{border-left:1px solid #d5d9e0}
+.bar{display:inline-block;width:90px;height:.7em;background:#e3e6ea;margin-right:.5em;
+vertical-align:middle;border-radius:2px;overflow:hidden}
+.fill{display:block;height:100%;background:#3a7bd5}
+.fill.full{background:#d9822b}
+.hist{display:inline-flex;align-items:flex-end;height:1.6em;gap:1px;vertical-align:middle;
+margin-right:.5em}
+.hist span{display:inline-block;width:7px;background:#7a8599;min-height:1px}
+.zero{color:#9aa1ad}
+.quiescing td.name:after{content:" (quiescing)";font-weight:normal;color:#9aa1ad}
+"""
+
+DASHBOARD_SCRIPT = """
+"use strict";
+const feedUrl = location.pathname + "?format=json";
+const params = new URLSearchParams(location.search);
+const interval = Math.max(250, Number(params.get("interval")) || 1000);
+const reasons = ["queue-full", "concurrency-limit", "time-out"];
+
+function cell(row, field, text, cls) {
+  const td = document.createElement("td");
+  td.dataset.field = field;
+  td.textContent = String(text);
+  if (cls) td.className = cls;
+  if (text === 0) td.classList.add("zero");
+  row.appendChild(td);
+  return td;
+}
+
+function seatsCell(row, level) {
+  const td = cell(row, "seats", "", "sep");
+  const bar = document.createElement("span");
+  bar.className = "bar";
+  const fill = document.createElement("span");
+  const exempt = level.type === "Exempt";  // never limited: no bar
+  const limit = level.current_limit;
+  const used = level.executing_seats;
+  fill.className = used >= limit ? "fill full" : "fill";
+  fill.style.width = (limit > 0 && !exempt ? Math.min(100, 100 * used / limit) : 0) + "%";
+  bar.appendChild(fill);
+  td.appendChild(bar);
+  const text = document.createElement("span");
+  text.dataset.field = "seats_text";
+  text.textContent = used + " / " + (exempt ? "\u221e" : limit);
+  td.appendChild(text);
+}
+
+function queuesCell(row, level) {
+  const td = cell(row, "queue_lengths", "", "");
+  if (!level.queues) {
+    td.textContent = "no queues";
+    td.classList.add("zero");
+    return;
+  }
+  const hist = document.createElement("span");
+  hist.className = "hist";
+  const most = Math.max(1, ...level.queue_lengths.map(b => b.queues));
+  for (const bucket of level.queue_lengths) {
+    const bar = document.createElement("span");
+    bar.style.height = (bucket.queues ? 15 + 85 * bucket.queues / most : 0) + "%";
+    bar.title = "length " + bucket.label + ": " + bucket.queues + " queues";
+    hist.appendChild(bar);
+  }
+  td.appendChild(hist);
+  const text = document.createElement("span");
+  text.dataset.field = "queues_text";
+  text.textContent = level.active_queues + "/" + level.queues + " active, longest " +
+    level.longest_queue;
+  td.appendChild(text);
+}
+
+function render(feed) {
+  const body = document.getElementById("levels");
+  const rows = [];
+  for (const level of feed.priority_levels) {
+    const row = document.createElement("tr");
+    row.dataset.level = level.name;
+    if (level.quiescing) row.className = "quiescing";
+    cell(row, "name", level.name, "name");
+    cell(row, "type", level.type === "Exempt" ? "Exempt" : level.limit_response, "");
+    cell(row, "nominal_limit", level.nominal_limit, "sep");
+    cell(row, "lower_limit", level.lower_limit);
+    cell(row, "upper_limit", level.upper_limit);
+    cell(row, "current_limit", level.current_limit);
+    seatsCell(row, level);
+    cell(row, "executing_requests", level.executing_requests);
+    cell(row, "waiting_requests", level.waiting_requests);
+    queuesCell(row, level);
+    reasons.forEach((reason, i) => cell(row, "rejected_" + reason, level.rejected[reason] || 0,
+      i === 0 ? "sep" : ""));
+    cell(row, "cancelled", level.cancelled);
+    cell(row, "dispatched", level.dispatched, "sep");
+    rows.push(row);
+  }
+  body.replaceChildren(...rows);
+  document.getElementById("server_limit").textContent = feed.server_concurrency_limit;
+  document.getElementById("total_seats").textContent = feed.executing_seats;
+  document.getElementById("total_waiting").textContent = feed.waiting_requests;
+  document.getElementById("fair_fraction").textContent = feed.fair_fraction.toFixed(3);
+}
+
+function setStatus(text, isError) {
+  const status = document.getElementById("status");
+  status.textContent = text;
+  status.className = isError ? "error" : "";
+}
+
+async function refresh() {
+  try {
+    const response = await fetch(feedUrl, {cache: "no-store", credentials: "same-origin"});
+    if (!response.ok) throw new Error("HTTP " + response.status);
+    render(await response.json());
+    setStatus("updated " + new Date().toLocaleTimeString(), false);
+  } catch (error) {
+    setStatus("feed unavailable: " + error.message, true);
+  }
+}
+
+refresh();
+setInterval(refresh, interval);
+"""
+
+DASHBOARD_HTML = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>API Priority and Fairness</title>
+<style>{DASHBOARD_STYLE}</style>
+</head>
+<body>
+<h1>API Priority and Fairness</h1>
+<div id="summary">Server limit <b id="server_limit">–</b> seats ·
+executing <b id="total_seats">–</b> seats ·
+waiting <b id="total_waiting">–</b> requests ·
+fair fraction <b id="fair_fraction">–</b> ·
+<span id="status">loading…</span></div>
+<table>
+<thead>
+<tr><th colspan="2"></th><th class="group" colspan="4">limits (seats)</th>
+<th class="group" colspan="4">now</th><th class="group" colspan="4">rejected and cancelled</th>
+<th class="group"></th></tr>
+<tr><th class="name">priority level</th><th>type</th>
+<th class="sep">nominal</th><th>lower</th><th>upper</th><th>current</th>
+<th class="sep">seats in use</th><th>executing</th><th>waiting</th><th>queue lengths</th>
+<th class="sep">queue-full</th><th>concurrency-limit</th><th>time-out</th><th>cancelled</th>
+<th class="sep">dispatched</th></tr>
+</thead>
+<tbody id="levels"></tbody>
+</table>
+<script>{DASHBOARD_SCRIPT}</script>
+</body>
+</html>
+"""

@@ -1,0 +1,264 @@
+"""The middleware under a hand-rolled ASGI server: lifespan, receive(), disconnects, seats."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from apf_limiter import Admission, Limiter, RequestDigest
+from apf_limiter.asgi import APFMiddleware
+from apf_limiter.asgi.types import Message, Receive, Scope, Send
+from apf_limiter.testing import FakeClock
+from tests.asgi.apps import level_config
+from tests.asgi.driver import Driver, http_scope, ok_app, settle, websocket_scope
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _limiter(**kwargs: Any) -> Limiter:
+    return Limiter(level_config(**kwargs), clock=FakeClock())
+
+
+async def _occupy(limiter: Limiter) -> Admission:
+    """Take the level's only seat (as another request would)."""
+    admission = limiter.admit(RequestDigest(user="someone-else"))
+    await admission.__aenter__()
+    return admission
+
+
+def _body(data: bytes, more: bool) -> Message:
+    return {"type": "http.request", "body": data, "more_body": more}
+
+
+class RecordingApp:
+    """Reads ``reads`` messages, records them, then answers 200."""
+
+    def __init__(self, reads: int) -> None:
+        self.reads = reads
+        self.received: list[Message] = []
+        self.calls = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.calls += 1
+        for _ in range(self.reads):
+            self.received.append(await receive())
+        await ok_app(scope, receive, send)
+
+
+async def test_lifespan_messages_pass_through_unchanged_and_shutdown_closes_the_limiter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    received: list[Message] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "lifespan"
+        for reply in ("lifespan.startup.complete", "lifespan.shutdown.complete"):
+            received.append(await receive())
+            await send({"type": reply})
+
+    startup, shutdown = {"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}
+    middleware = APFMiddleware(app, config=level_config(limit=1))
+    closed: list[bool] = []
+    monkeypatch.setattr(middleware.limiter, "close", lambda: closed.append(True))
+    driver = Driver(startup, shutdown)
+    scope: Scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+    await middleware(scope, driver.receive, driver.send)
+    assert received[0] is startup and received[1] is shutdown
+    assert [m["type"] for m in driver.sent] == [
+        "lifespan.startup.complete",
+        "lifespan.shutdown.complete",
+    ]
+    assert closed == [True]
+    assert scope == {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+
+
+async def test_lifespan_of_a_given_limiter_leaves_it_open_and_errors_propagate_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    error = RuntimeError("no lifespan here")
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raise error
+
+    limiter = _limiter(limit=1)
+    closed: list[bool] = []
+    monkeypatch.setattr(limiter, "close", lambda: closed.append(True))
+    driver = Driver({"type": "lifespan.startup"})
+    with pytest.raises(RuntimeError) as raised:
+        await APFMiddleware(app, limiter=limiter)({"type": "lifespan"}, driver.receive, driver.send)
+    assert raised.value is error
+    assert closed == []
+
+
+async def test_free_seats_admit_in_one_step_without_touching_receive() -> None:
+    limiter = _limiter(limit=1)
+    middleware = APFMiddleware(ok_app, limiter=limiter)
+    driver = Driver()
+    call = middleware(http_scope("/fast"), driver.receive, driver.send)
+    with pytest.raises(StopIteration):
+        call.send(None)  # no event-loop round trip: the whole request ran in one step
+    assert driver.receive_calls == 0
+    assert [m["type"] for m in driver.sent] == ["http.response.start", "http.response.body"]
+    assert limiter.statistics().executing_requests == 0
+
+
+async def test_body_read_while_queued_is_replayed_in_order_and_nothing_else_is_consumed() -> None:
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    chunks = [_body(b"a" * 10, True), _body(b"b" * 10, True), _body(b"c" * 10, False)]
+    driver = Driver(*chunks)
+    app = RecordingApp(reads=4)
+    task = asyncio.create_task(
+        APFMiddleware(app, limiter=limiter)(http_scope(), driver.receive, driver.send)
+    )
+    # The watcher read the whole body and now waits for a disconnect.
+    await settle(lambda: driver.receive_calls == 4)
+    assert app.calls == 0 and limiter.statistics().waiting_requests == 1
+    await held.__aexit__(None, None, None)
+    await settle(lambda: len(app.received) == 3)
+    # The watcher's pending receive() was cancelled, not answered: the next message is the app's.
+    later: Message = {"type": "http.disconnect"}
+    driver.incoming.put_nowait(later)
+    await task
+    assert all(a is b for a, b in zip(app.received[:3], chunks, strict=True))
+    assert app.received[3] is later
+    assert limiter.statistics().executing_requests == 0
+
+
+async def test_watching_stops_at_the_buffer_bound_and_the_rest_reaches_the_app() -> None:
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    chunks = [_body(b"a" * 10, True), _body(b"b" * 10, True), _body(b"c" * 10, False)]
+    driver = Driver(*chunks)
+    app = RecordingApp(reads=3)
+    middleware = APFMiddleware(app, limiter=limiter, max_body_buffer=16)
+    task = asyncio.create_task(middleware(http_scope(), driver.receive, driver.send))
+    await settle(lambda: driver.receive_calls == 2)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert driver.receive_calls == 2  # 20 bytes kept >= 16: no more reading
+    # Past the bound a disconnect goes unnoticed while queued.
+    driver.incoming.put_nowait({"type": "http.disconnect"})
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert limiter.statistics().waiting_requests == 1
+    await held.__aexit__(None, None, None)
+    await task
+    assert app.received == chunks
+    assert driver.incoming.get_nowait() == {"type": "http.disconnect"}
+
+
+@pytest.mark.parametrize("kind", ["http", "websocket"])
+async def test_disconnect_while_queued_leaves_the_queue_and_never_calls_the_app(kind: str) -> None:
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    if kind == "http":
+        scope, messages = http_scope(), [_body(b"x", False), {"type": "http.disconnect"}]
+    else:
+        scope = websocket_scope()
+        messages = [{"type": "websocket.connect"}, {"type": "websocket.disconnect", "code": 1001}]
+    driver = Driver(*messages)
+    app = RecordingApp(reads=0)
+    await APFMiddleware(app, limiter=limiter)(scope, driver.receive, driver.send)
+    assert app.calls == 0 and driver.sent == []
+    stats = limiter.statistics().priority_levels["test"]
+    assert (stats.waiting_requests, stats.cancelled, stats.dispatched) == (0, 1, 1)
+    await held.__aexit__(None, None, None)
+    assert limiter.statistics().executing_requests == 0
+
+
+async def test_rejected_websocket_without_denial_extension_is_closed_with_1013() -> None:
+    limiter = _limiter(limit=1, reject=True)
+    held = await _occupy(limiter)
+    driver = Driver({"type": "websocket.connect"})
+    app = RecordingApp(reads=0)
+    await APFMiddleware(app, limiter=limiter)(websocket_scope(), driver.receive, driver.send)
+    assert app.calls == 0
+    assert driver.sent == [{"type": "websocket.close", "code": 1013, "reason": ""}]
+    await held.__aexit__(None, None, None)
+
+
+async def test_ordinary_response_holds_its_seats_until_the_last_body_message() -> None:
+    limiter = _limiter(limit=4)
+    seen: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        seen.append(limiter.statistics().executing_requests)
+        await send({"type": "http.response.body", "body": b"1", "more_body": True})
+        seen.append(limiter.statistics().executing_requests)
+        await send({"type": "http.response.body", "body": b"2"})
+        seen.append(limiter.statistics().executing_requests)
+
+    driver = Driver()
+    await APFMiddleware(app, limiter=limiter)(http_scope(), driver.receive, driver.send)
+    assert seen == [1, 1, 0]
+
+
+async def test_long_running_request_releases_at_response_start() -> None:
+    limiter = _limiter(limit=4)
+    seen: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(limiter.statistics().executing_requests)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        seen.append(limiter.statistics().executing_requests)
+        await send({"type": "http.response.body", "body": b"data: 1\n\n"})
+
+    middleware = APFMiddleware(app, limiter=limiter, long_running=lambda scope: True)
+    await middleware(http_scope("/events"), Driver().receive, Driver().send)
+    assert seen == [1, 0]
+    assert limiter.statistics().priority_levels["test"].dispatched == 1
+
+
+@pytest.mark.parametrize("error", [ValueError("bad"), asyncio.CancelledError()])
+async def test_app_exception_or_cancellation_propagates_unchanged_and_releases(
+    error: BaseException,
+) -> None:
+    limiter = _limiter(limit=1)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert limiter.statistics().executing_requests == 1
+        raise error
+
+    driver = Driver()
+    with pytest.raises(type(error)) as raised:
+        await APFMiddleware(app, limiter=limiter)(http_scope(), driver.receive, driver.send)
+    assert raised.value is error
+    assert limiter.statistics().executing_requests == 0
+
+
+async def test_cancelled_while_queued_leaves_the_queue() -> None:
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    driver = Driver()
+    app = RecordingApp(reads=0)
+    task = asyncio.create_task(
+        APFMiddleware(app, limiter=limiter)(http_scope(), driver.receive, driver.send)
+    )
+    await settle(lambda: limiter.statistics().waiting_requests == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert limiter.statistics().waiting_requests == 0 and app.calls == 0
+    await held.__aexit__(None, None, None)
+
+
+async def test_queued_request_that_hits_its_wait_limit_gets_429() -> None:
+    clock = FakeClock()
+    limiter = Limiter(level_config(limit=1, wait_limit=2.0), clock=clock)
+    held = await _occupy(limiter)
+    driver = Driver(_body(b"abc", False))
+    app = RecordingApp(reads=0)
+    task = asyncio.create_task(
+        APFMiddleware(app, limiter=limiter)(http_scope(), driver.receive, driver.send)
+    )
+    await settle(lambda: driver.receive_calls == 2)
+    await clock.advance(2.0)
+    await task
+    assert app.calls == 0
+    assert driver.start()["status"] == 429
+    assert limiter.statistics().priority_levels["test"].rejected["time-out"] == 1
+    await held.__aexit__(None, None, None)

@@ -1,0 +1,52 @@
+"""The middleware's queued path under trio: waiting, body replay and disconnects."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from apf_limiter import Limiter, RequestDigest
+from apf_limiter.asgi import APFMiddleware
+from apf_limiter.asgi.types import Message, Receive, Scope, Send
+from apf_limiter.testing import FakeClock
+from tests.asgi.apps import level_config
+from tests.asgi.driver import http_scope, ok_app
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_queued_requests_under_trio_replay_their_body_and_leave_on_disconnect() -> None:
+    async def main() -> None:
+        limiter = Limiter(level_config(limit=1), clock=FakeClock())
+        received: list[Message] = []
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            received.append(await receive())
+            await ok_app(scope, receive, send)
+
+        middleware = APFMiddleware(app, limiter=limiter)
+        to_app, from_server = trio.open_memory_channel[Message](10)
+        to_lost, from_lost = trio.open_memory_channel[Message](10)
+        sent: list[Message] = []
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        held = limiter.admit(RequestDigest(user="someone-else"))
+        await held.__aenter__()
+        body: Message = {"type": "http.request", "body": b"payload", "more_body": False}
+        await to_app.send(body)
+        await to_lost.send({"type": "http.disconnect"})
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(middleware, http_scope(), from_server.receive, send)
+            nursery.start_soon(middleware, http_scope(), from_lost.receive, send)
+            await trio.testing.wait_all_tasks_blocked()
+            stats = limiter.statistics().priority_levels["test"]
+            assert (stats.waiting_requests, stats.cancelled) == (1, 1)
+            await held.__aexit__(None, None, None)
+        assert received == [body]
+        assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+        assert limiter.statistics().executing_requests == 0
+
+    trio.run(main)

@@ -1,0 +1,261 @@
+"""The dashboard in a real headless Chromium against a real uvicorn server.
+
+The limiter holds requests (running, waiting, rejected for every reason, cancelled) so the
+numbers are not zero; the page must render exactly those live numbers after its script has
+fetched the feed. With ``APF_DASHBOARD_SCREENSHOT=<path>`` the test also saves a screenshot
+(this is how ``docs/dashboard.png`` is made).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from apf_limiter import Limiter
+from apf_limiter.observability import DEBUG_PREFIX, debug_app
+from apf_limiter.observability._asgi import Scope
+from tests.observability.scenario import ADMIN, Holder, scenario_config, user
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--virtual-time-budget=3000",
+)
+
+
+def allow_local(scope: Scope) -> bool:
+    client = scope.get("client")
+    return bool(client and client[0] == "127.0.0.1")
+
+
+def traffic_app(limiter: Limiter) -> Starlette:
+    """The debug endpoints, plus held requests started on the server's own event loop."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        holders = [Holder(limiter, user(f"user-{i}")) for i in range(20)]  # queued: 20 seats
+        holders += [Holder(limiter, user(f"rita-{i}", "rejecters")) for i in range(12)]
+        holders.append(Holder(limiter, ADMIN))
+        await asyncio.sleep(0)
+        holders.append(Holder(limiter, user("trent"), wait_limit=0))  # times out at once
+        victor = Holder(limiter, user("victor"))
+        await asyncio.sleep(0.05)
+        victor.task.cancel()  # leaves its queue: cancelled
+        await asyncio.sleep(0)
+        # One flow fills both queues of its hand (2 x 5), then is rejected twice.
+        holders += [Holder(limiter, user("mallory")) for _ in range(12)]
+        await asyncio.sleep(0.05)
+        yield
+        for holder in holders:
+            holder.release.set()
+        await asyncio.gather(*(h.task for h in (*holders, victor)), return_exceptions=True)
+
+    routes = [Mount(DEBUG_PREFIX, app=debug_app(limiter, authorize=allow_local))]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+@contextlib.contextmanager
+def serve(app: Starlette) -> Iterator[int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+def run_chromium(chromium: str, profile: Path, *args: str) -> str:
+    result = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+class DashboardDom(HTMLParser):
+    """Collects the text of every ``data-field`` element, per ``data-level`` row, and by id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.levels: dict[str, dict[str, str]] = {}
+        self.ids: dict[str, str] = {}
+        self._level: str | None = None
+        self._open: list[tuple[str, str | None, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if tag == "tr" and attributes.get("data-level"):
+            self._level = attributes["data-level"]
+            self.levels[self._level or ""] = {}
+        self._open.append((tag, attributes.get("data-field"), attributes.get("id")))
+        for key in ("data-field", "id"):
+            if attributes.get(key):
+                self._text(key, attributes[key] or "", "")
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open:
+            if self._open.pop()[0] == tag:
+                break
+        if tag == "tr":
+            self._level = None
+
+    def handle_data(self, data: str) -> None:
+        for _, field, element_id in self._open:
+            if field:
+                self._text("data-field", field, data)
+            if element_id:
+                self._text("id", element_id, data)
+
+    def _text(self, kind: str, name: str, data: str) -> None:
+        if kind == "id":
+            self.ids[name] = self.ids.get(name, "") + data
+        elif self._level is not None:
+            row = self.levels[self._level]
+            row[name] = row.get(name, "") + data
+
+
+def test_dashboard_renders_the_live_numbers(chromium: str, tmp_path: Path) -> None:
+    config = scenario_config(
+        queues=8,
+        hand_size=2,
+        distinguisher=True,
+        wait_limit=60,
+        queue_length_limit=5,
+        server_limit=30,
+    )
+    limiter = Limiter(config, hash_seed=7)
+    with serve(traffic_app(limiter)) as port:
+        url = f"http://127.0.0.1:{port}{DEBUG_PREFIX}/dashboard"
+        html = run_chromium(chromium, tmp_path / "profile", "--dump-dom", url)
+        screenshot = os.environ.get("APF_DASHBOARD_SCREENSHOT")
+        if screenshot:
+            run_chromium(
+                chromium,
+                tmp_path / "profile2",
+                f"--screenshot={Path(screenshot).resolve()}",
+                "--window-size=1480,300",
+                "--hide-scrollbars",
+                url,
+            )
+    dom = DashboardDom()
+    dom.feed(html)
+    assert dom.ids["status"].startswith("updated"), dom.ids.get("status")
+    assert (dom.ids["server_limit"], dom.ids["total_seats"], dom.ids["total_waiting"]) == (
+        "30",
+        "31",
+        "10",
+    )
+    assert list(dom.levels) == ["exempt", "queued", "rejecting", "catch-all"]
+    queued = dom.levels["queued"]
+    assert {
+        field: queued[field]
+        for field in (
+            "type",
+            "nominal_limit",
+            "lower_limit",
+            "upper_limit",
+            "current_limit",
+            "seats_text",
+            "executing_requests",
+            "waiting_requests",
+            "rejected_queue-full",
+            "rejected_concurrency-limit",
+            "rejected_time-out",
+            "cancelled",
+            "dispatched",
+        )
+    } == {
+        "type": "Queue",
+        "nominal_limit": "20",
+        "lower_limit": "20",
+        "upper_limit": "50",
+        "current_limit": "20",
+        "seats_text": "20 / 20",
+        "executing_requests": "20",
+        "waiting_requests": "10",
+        "rejected_queue-full": "2",
+        "rejected_concurrency-limit": "0",
+        "rejected_time-out": "1",
+        "cancelled": "1",
+        "dispatched": "20",
+    }
+    assert queued["queues_text"] == "2/8 active, longest 5"
+    rejecting = dom.levels["rejecting"]
+    assert (rejecting["seats_text"], rejecting["rejected_concurrency-limit"]) == ("10 / 10", "2")
+    assert rejecting["queue_lengths"] == "no queues"
+    exempt = dom.levels["exempt"]
+    assert (exempt["executing_requests"], exempt["seats_text"]) == ("1", "1 / \u221e")
+
+
+def test_the_page_reports_a_denied_feed(chromium: str, tmp_path: Path) -> None:
+    # The page loads (allowed) but its feed is denied: the page says so instead of numbers.
+    state = {"calls": 0}
+
+    def page_only(scope: Scope) -> bool:
+        state["calls"] += 1
+        return "format=json" not in scope.get("query_string", b"").decode()
+
+    limiter = Limiter(scenario_config())
+    app = Starlette(routes=[Mount(DEBUG_PREFIX, app=debug_app(limiter, authorize=page_only))])
+    with serve(app) as port:
+        html = run_chromium(
+            chromium,
+            tmp_path / "profile",
+            "--dump-dom",
+            f"http://127.0.0.1:{port}{DEBUG_PREFIX}/dashboard",
+        )
+    dom = DashboardDom()
+    dom.feed(html)
+    assert dom.ids["status"] == "feed unavailable: HTTP 403"
+    assert dom.levels == {}
+    assert state["calls"] >= 2
+
+
+def test_uvicorn_serves_the_text_dump() -> None:
+    import urllib.request
+
+    limiter = Limiter(scenario_config())
+    app = Starlette(routes=[Mount(DEBUG_PREFIX, app=debug_app(limiter, authorize=allow_local))])
+    with (
+        serve(app) as port,
+        urllib.request.urlopen(
+            f"http://127.0.0.1:{port}{DEBUG_PREFIX}/dump_priority_levels", timeout=10
+        ) as response,
+    ):
+        body = response.read().decode()
+    assert body.splitlines()[0].startswith("PriorityLevelName, ActiveQueues,")
+    assert len(body.splitlines()) == 5
