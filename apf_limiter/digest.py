@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 __all__ = ["RequestDigest", "ANONYMOUS_USER", "UNAUTHENTICATED_GROUP", "AUTHENTICATED_GROUP"]
 
@@ -12,7 +13,14 @@ UNAUTHENTICATED_GROUP = "system:unauthenticated"
 AUTHENTICATED_GROUP = "system:authenticated"
 
 
-@dataclass(frozen=True, slots=True)
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+def _no_headers() -> Mapping[str, str]:
+    return _NO_HEADERS
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class RequestDigest:
     """A request, as seen by classification.
 
@@ -49,12 +57,72 @@ class RequestDigest:
     namespace: str = ""
     name: str = ""
     client: str = ""
-    headers: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    headers: Mapping[str, str] = field(default_factory=_no_headers, hash=False, compare=False)
     seats: int | None = None
     final_seats: int = 0
     additional_latency: float = 0.0
+
+    def __new__(
+        cls,
+        user: str = ANONYMOUS_USER,
+        groups: tuple[str, ...] = (),
+        verb: str = "get",
+        path: str = "/",
+        api_group: str = "",
+        resource: str = "",
+        subresource: str = "",
+        namespace: str = "",
+        name: str = "",
+        client: str = "",
+        headers: Mapping[str, str] = _NO_HEADERS,
+        seats: int | None = None,
+        final_seats: int = 0,
+        additional_latency: float = 0.0,
+    ) -> RequestDigest:
+        """Create a digest; the arguments are the fields, in order (see the class docs)."""
+        # A frozen dataclass's generated __init__ sets each field through
+        # object.__setattr__, which made a digest cost ~1.5 µs: more than the rest of an
+        # admission's classification. Fill a mutable twin with the same slot layout instead,
+        # then give it this class (~0.3 µs; see benchmarks/engine_bench.py).
+        digest = _MutableDigest()
+        digest.user = user
+        digest.groups = groups
+        digest.verb = verb
+        digest.path = path
+        digest.api_group = api_group
+        digest.resource = resource
+        digest.subresource = subresource
+        digest.namespace = namespace
+        digest.name = name
+        digest.client = client
+        digest.headers = headers
+        digest.seats = seats
+        digest.final_seats = final_seats
+        digest.additional_latency = additional_latency
+        digest.__class__ = cls  # type: ignore[assignment]
+        return digest  # type: ignore[return-value]
 
     @property
     def is_resource_request(self) -> bool:
         """Whether this is a resource request (``resource`` is set)."""
         return bool(self.resource)
+
+
+class _MutableDigest:
+    """Same slots, same order, not frozen: how :class:`RequestDigest` instances are built."""
+
+    __slots__ = RequestDigest.__slots__
+    user: str
+    groups: tuple[str, ...]
+    verb: str
+    path: str
+    api_group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    client: str
+    headers: Mapping[str, str]
+    seats: int | None
+    final_seats: int
+    additional_latency: float

@@ -185,10 +185,12 @@ class APFMiddleware:
 
     async def _classify(self, scope: Scope) -> tuple[RequestDigest, bool]:
         identity = self._identify(scope)
-        if inspect.isawaitable(identity):
-            identity = await identity
-        if identity is not None and not isinstance(identity, Identity):
-            raise TypeError(f"identify() must return an Identity or None, got {identity!r}")
+        # Test the common (synchronous) outcomes first: isawaitable() is comparatively slow.
+        if identity is not None and type(identity) is not Identity:
+            if inspect.isawaitable(identity):
+                identity = await identity
+            if identity is not None and not isinstance(identity, Identity):
+                raise TypeError(f"identify() must return an Identity or None, got {identity!r}")
         resource: ResourceAttributes | None = None
         if self._resolve is not None:
             resolved = self._resolve(scope)
@@ -240,13 +242,13 @@ class APFMiddleware:
             if kind in _STARTS:
                 await send(with_headers(message, extra) if extra else message)
                 if long_running:
-                    await admission.__aexit__(None, None, None)
+                    admission.release()
                 return
             await send(message)
             if (
                 kind in _BODIES and not message.get("more_body", False)
             ) or kind == "http.response.pathsend":
-                await admission.__aexit__(None, None, None)
+                admission.release()
 
         return send_and_release
 
