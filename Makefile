@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest demo bench clean
+.PHONY: test lint typecheck pytest demo bench bench-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,10 @@ test: lint typecheck pytest
 demo: $(STAMP)
 	$(BIN)/apf-limiter demo
 
-bench: $(STAMP)
+bench-deps: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,yaml,prometheus,bench]'
+
+bench: bench-deps
 	$(BIN)/pytest benchmarks -q -p no:randomly --benchmark-only --benchmark-columns=min,median,iqr,rounds
 	$(BIN)/python -m benchmarks.engine_bench
 
