@@ -314,6 +314,7 @@ class Limiter:
         self._period = self._config.borrowing_period
         self._next_adjustment = now + self._period
         self._borrowing_timer: Timer | None = None
+        self._closed = False
         self._config_path: str | None = None
         self._config_stamp: tuple[int, int, int] | None = None
         self._reload_interval = 0.0
@@ -466,7 +467,13 @@ class Limiter:
 
     def close(self) -> None:
         """Stop the borrowing timer (requests still release normally)."""
+        self._closed = True
         self._cancel_borrowing_timer()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a closed limiter still admits requests)."""
+        return self._closed
 
     # ----------------------------------------------------------------------------------------
     # internals

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Mapping
+from typing import Any
 
 from apf_limiter.asgi.identity import build_digest, default_identify, route_path
 from apf_limiter.asgi.options import Identity, ResourceAttributes, RouteOptions, WorkEstimate
@@ -184,7 +185,8 @@ class APFMiddleware:
             admission.release()
 
     async def _classify(self, scope: Scope) -> tuple[RequestDigest, bool]:
-        identity = self._identify(scope)
+        # Typed as object: the checks below give the useful error for a wrong return type.
+        identity: Any = self._identify(scope)
         # Test the common (synchronous) outcomes first: isawaitable() is comparatively slow.
         if identity is not None and type(identity) is not Identity:
             if inspect.isawaitable(identity):
@@ -193,15 +195,17 @@ class APFMiddleware:
                 raise TypeError(f"identify() must return an Identity or None, got {identity!r}")
         resource: ResourceAttributes | None = None
         if self._resolve is not None:
-            resolved = self._resolve(scope)
-            resource = await resolved if inspect.isawaitable(resolved) else resolved
-            if resource is not None and not isinstance(resource, ResourceAttributes):
+            resolved: Any = self._resolve(scope)
+            if inspect.isawaitable(resolved):
+                resolved = await resolved
+            if resolved is not None and not isinstance(resolved, ResourceAttributes):
                 raise TypeError(
-                    f"resolve() must return ResourceAttributes or None, got {resource!r}"
+                    f"resolve() must return ResourceAttributes or None, got {resolved!r}"
                 )
+            resource = resolved
         estimate: WorkEstimate | None = None
         if self._estimate is not None:
-            estimated = self._estimate(scope)
+            estimated: Any = self._estimate(scope)
             if inspect.isawaitable(estimated):
                 estimated = await estimated
             if isinstance(estimated, int):
@@ -213,7 +217,7 @@ class APFMiddleware:
             estimate = estimated
         long_running: bool | None = None
         if self._long_running is not None:
-            marked = self._long_running(scope)
+            marked: Any = self._long_running(scope)
             long_running = await marked if inspect.isawaitable(marked) else marked
         if estimate is None or long_running is None:
             options = self._routes.lookup(scope)

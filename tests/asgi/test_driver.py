@@ -47,9 +47,7 @@ class RecordingApp:
         await ok_app(scope, receive, send)
 
 
-async def test_lifespan_messages_pass_through_unchanged_and_shutdown_closes_the_limiter(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_lifespan_messages_pass_through_unchanged_and_shutdown_closes_the_limiter() -> None:
     received: list[Message] = []
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -60,8 +58,7 @@ async def test_lifespan_messages_pass_through_unchanged_and_shutdown_closes_the_
 
     startup, shutdown = {"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}
     middleware = APFMiddleware(app, config=level_config(limit=1))
-    closed: list[bool] = []
-    monkeypatch.setattr(middleware.limiter, "close", lambda: closed.append(True))
+    assert not middleware.limiter.closed
     driver = Driver(startup, shutdown)
     scope: Scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
     await middleware(scope, driver.receive, driver.send)
@@ -70,26 +67,22 @@ async def test_lifespan_messages_pass_through_unchanged_and_shutdown_closes_the_
         "lifespan.startup.complete",
         "lifespan.shutdown.complete",
     ]
-    assert closed == [True]
+    assert middleware.limiter.closed
     assert scope == {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
 
 
-async def test_lifespan_of_a_given_limiter_leaves_it_open_and_errors_propagate_unchanged(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_lifespan_of_a_given_limiter_leaves_it_open_and_errors_propagate_unchanged() -> None:
     error = RuntimeError("no lifespan here")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         raise error
 
     limiter = _limiter(limit=1)
-    closed: list[bool] = []
-    monkeypatch.setattr(limiter, "close", lambda: closed.append(True))
     driver = Driver({"type": "lifespan.startup"})
     with pytest.raises(RuntimeError) as raised:
         await APFMiddleware(app, limiter=limiter)({"type": "lifespan"}, driver.receive, driver.send)
     assert raised.value is error
-    assert closed == []
+    assert not limiter.closed
 
 
 async def test_free_seats_admit_in_one_step_without_touching_receive() -> None:

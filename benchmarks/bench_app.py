@@ -1,0 +1,276 @@
+"""The ASGI applications the HTTP benchmarks serve under uvicorn (application factories).
+
+Run by the benchmark scripts as ``python -m uvicorn --factory benchmarks.bench_app:<factory>``;
+the variant and its numbers come from environment variables, so that every variant is the same
+command line apart from the factory name (and uvicorn's ``--limit-concurrency``):
+
+* ``hello_bare`` / ``hello_apf`` / ``hello_semaphore`` — a hello-world Starlette app, bare,
+  behind :class:`~apf_limiter.asgi.APFMiddleware` with the built-in configuration, or behind a
+  semaphore of ``APF_BENCH_CAPACITY`` slots (default: the built-in server concurrency limit).
+* ``work_apf`` / ``work_semaphore`` — ``GET /work?ms=N`` sleeps N ms; one level of
+  ``APF_BENCH_CAPACITY`` seats fair per user (the bearer token) or a FIFO semaphore of the same
+  size. The response header ``x-queue-wait`` says how long the request waited for its seat.
+* ``soak`` — the long-run app: APF in front of an endpoint that answers at once, sleeps, or
+  raises (before or after the response started).
+
+Every variant serves ``/_bench/info`` (the build measured, the event loop) and
+``/_bench/stats`` (the limiter's executing and waiting counts) *outside* the limiter, so
+asking never changes what is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import sys
+import time
+from importlib import import_module
+from importlib.metadata import version
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from apf_limiter import Limiter
+from apf_limiter.asgi import APFMiddleware
+from apf_limiter.asgi.types import ASGIApp, Receive, Scope, Send
+from apf_limiter.config.defaults import default_configuration
+from apf_limiter.demo.app import SemaphoreMiddleware, bearer_identity, demo_config
+
+__all__ = [
+    "build_info",
+    "hello_bare",
+    "hello_apf",
+    "hello_semaphore",
+    "work_apf",
+    "work_semaphore",
+    "soak",
+    "soak_config",
+    "BUILD_MODULES",
+]
+
+#: Modules whose file tells which build runs (``.py`` source or a compiled extension).
+BUILD_MODULES = (
+    "apf_limiter.engine.queueset",
+    "apf_limiter.engine.controller",
+    "apf_limiter.limiter",
+    "apf_limiter.asgi.middleware",
+)
+
+
+def build_info() -> dict[str, Any]:
+    """Which apf_limiter build this process imported, and the interpreter."""
+    files = {name: getattr(import_module(name), "__file__", "") or "" for name in BUILD_MODULES}
+    compiled = sorted(name for name, path in files.items() if not path.endswith(".py"))
+    return {
+        "build": "compiled" if compiled else "pure Python",
+        "compiled_modules": compiled,
+        "queueset_file": files["apf_limiter.engine.queueset"],
+        "python": sys.version.split()[0],
+        "implementation": sys.implementation.name,
+        "uvicorn": version("uvicorn"),
+        "starlette": version("starlette"),
+    }
+
+
+def _capacity() -> int:
+    text = os.environ.get("APF_BENCH_CAPACITY")
+    return int(text) if text else default_configuration().server_concurrency_limit
+
+
+async def _send_json(send: Send, payload: dict[str, Any], status: int = 200) -> None:
+    body = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _BenchRoutes:
+    """Serves ``/_bench/*`` itself and passes everything else to the measured app."""
+
+    def __init__(self, app: ASGIApp, limiter: Limiter | None) -> None:
+        self.app = app
+        self.limiter = limiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/_bench/"):
+            if scope["path"] == "/_bench/info":
+                info = build_info()
+                info["loop"] = type(asyncio.get_running_loop()).__module__
+                info["pid"] = os.getpid()
+                await _send_json(send, info)
+            elif scope["path"] == "/_bench/stats":
+                await _send_json(send, self._stats(b"gc=1" in scope["query_string"]))
+            else:
+                await _send_json(send, {"detail": "not found"}, 404)
+            return
+        await self.app(scope, receive, send)
+
+    def _stats(self, count_objects: bool) -> dict[str, Any]:
+        stats: dict[str, Any] = {"pid": os.getpid()}
+        if count_objects:
+            gc.collect()
+            stats["gc_objects"] = len(gc.get_objects())
+        if self.limiter is None:
+            return stats
+        snapshot = self.limiter.statistics()
+        levels = snapshot.priority_levels.values()
+        stats.update(
+            executing_requests=snapshot.executing_requests,
+            executing_seats=snapshot.executing_seats,
+            waiting_requests=snapshot.waiting_requests,
+            waiting_seats=sum(level.waiting_seats for level in levels),
+            dispatched=sum(level.dispatched for level in levels),
+            rejected=sum(sum(level.rejected.values()) for level in levels),
+            timed_out=sum(level.timed_out for level in levels),
+            cancelled=sum(level.cancelled for level in levels),
+        )
+        return stats
+
+
+# --- hello world (throughput) ---------------------------------------------------------------
+
+
+async def _hello(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("Hello, world!")
+
+
+def _hello_app() -> Starlette:
+    return Starlette(routes=[Route("/", _hello)])
+
+
+def hello_bare() -> ASGIApp:
+    """The hello-world app, bare (also the ``--limit-concurrency`` variant)."""
+    return _BenchRoutes(_hello_app(), None)
+
+
+def hello_apf() -> ASGIApp:
+    """The hello-world app behind APFMiddleware with the built-in configuration."""
+    middleware = APFMiddleware(_hello_app())
+    return _BenchRoutes(middleware, middleware.limiter)
+
+
+def hello_semaphore() -> ASGIApp:
+    """The hello-world app behind a semaphore of ``APF_BENCH_CAPACITY`` slots."""
+    return _BenchRoutes(SemaphoreMiddleware(_hello_app(), capacity=_capacity()), None)
+
+
+# --- slow endpoint (fairness over HTTP) -----------------------------------------------------
+
+
+def _query_int(scope: Scope, key: bytes, default: int) -> int:
+    for pair in scope["query_string"].split(b"&"):
+        name, _, value = pair.partition(b"=")
+        if name == key and value.isdigit():
+            return int(value)
+    return default
+
+
+async def _plain(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain"),
+                (b"content-length", b"%d" % len(body)),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Arrival:
+    """Stamps each request's arrival, so the endpoint can tell how long it waited."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope.setdefault("state", {})["bench_arrival"] = time.perf_counter()
+        await self.app(scope, receive, send)
+
+
+async def _work(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    started = time.perf_counter()
+    waited = started - scope["state"]["bench_arrival"]
+    await asyncio.sleep(_query_int(scope, b"ms", 100) / 1000)
+    await _plain(send, 200, b"ok", [(b"x-queue-wait", b"%.6f" % waited)])
+
+
+def work_apf() -> ASGIApp:
+    """``/work`` behind one APF level of ``APF_BENCH_CAPACITY`` seats, fair per user."""
+    config = demo_config(_capacity(), queue_length_limit=50)
+    config["requestWaitLimit"] = 60
+    middleware = APFMiddleware(_work, config=config, identify=bearer_identity)
+    return _BenchRoutes(_Arrival(middleware), middleware.limiter)
+
+
+def work_semaphore() -> ASGIApp:
+    """``/work`` behind a FIFO semaphore of ``APF_BENCH_CAPACITY`` slots."""
+    return _BenchRoutes(_Arrival(SemaphoreMiddleware(_work, capacity=_capacity())), None)
+
+
+# --- the long run ---------------------------------------------------------------------------
+
+
+def soak_config(capacity: int) -> dict[str, Any]:
+    """The long run's configuration: one level, fair per user, short queues and wait limit.
+
+    Short queues (4 requests) and a 2 s wait limit make the run go through every outcome:
+    immediate admission, queuing, ``queue-full`` and ``time-out`` rejections.
+    """
+    config = demo_config(capacity, queue_length_limit=4)
+    config["requestWaitLimit"] = 2
+    return config
+
+
+class SoakError(RuntimeError):
+    """What the long run's handler raises on purpose."""
+
+
+async def _soak_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    if path == "/sleep":
+        await asyncio.sleep(_query_int(scope, b"us", 1000) / 1e6)
+    elif path == "/boom":
+        raise SoakError("raised before the response started")
+    elif path == "/boom-mid":
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/plain"), (b"content-length", b"10")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"half", "more_body": True})
+        raise SoakError("raised after the response started")
+    await _plain(send, 200, b"ok", [])
+
+
+def soak() -> ASGIApp:
+    """The long-run app: APF (``APF_BENCH_CAPACITY`` seats, default 8) in front of
+    ``/ok``, ``/sleep?us=N``, ``/boom`` and ``/boom-mid``."""
+    capacity = int(os.environ.get("APF_BENCH_CAPACITY") or 8)
+    middleware = APFMiddleware(
+        _soak_endpoint, config=soak_config(capacity), identify=bearer_identity
+    )
+    return _BenchRoutes(middleware, middleware.limiter)

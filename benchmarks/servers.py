@@ -1,0 +1,170 @@
+"""Run a benchmark app under uvicorn in a child process, on a free 127.0.0.1 port.
+
+The parent binds the port and hands the listening socket to ``python -m uvicorn --fd N``, so
+there is no race for the port. The child inherits the environment (``PYTHONPATH`` included:
+it imports the same apf_limiter build as the parent) and runs from the repository root.
+Every variant of a comparison gets the same loop and HTTP implementation
+(:func:`uvicorn_impl`), one worker and no access log.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["Server", "fetch_json", "running_server", "uvicorn_impl", "REPO_ROOT"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_START_TIMEOUT = 20.0
+
+
+def uvicorn_impl() -> tuple[str, str]:
+    """The event loop and HTTP implementation uvicorn's ``auto`` would pick here."""
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    protocol = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    return loop, protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """A running benchmark server.
+
+    Attributes:
+        name: The variant's name.
+        host: ``127.0.0.1``.
+        port: Its port.
+        pid: The server process id (uvicorn runs the app in this process).
+        info: What ``/_bench/info`` answered (build, Python, uvicorn, event loop).
+    """
+
+    name: str
+    host: str
+    port: int
+    pid: int
+    info: dict[str, Any]
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:8000``."""
+        return f"http://{self.host}:{self.port}"
+
+
+def fetch_json(host: str, port: int, path: str, timeout: float = 5.0) -> dict[str, Any]:
+    """``GET path`` and decode the JSON answer (for ``/_bench/*``)."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"GET {path}: HTTP {response.status}")
+        result: dict[str, Any] = json.loads(body)
+        return result
+    finally:
+        connection.close()
+
+
+@contextmanager
+def running_server(
+    name: str,
+    factory: str,
+    *,
+    uvicorn_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    loop: str | None = None,
+    http: str | None = None,
+    log_level: str = "warning",
+) -> Iterator[Server]:
+    """Start ``benchmarks.bench_app:<factory>`` under uvicorn; stop it when the block ends.
+
+    Args:
+        name: The variant's name (for messages).
+        factory: An application factory of :mod:`benchmarks.bench_app`.
+        uvicorn_args: Extra uvicorn options, e.g. ``["--limit-concurrency", "600"]``.
+        env: Extra environment variables for the child (added to this process's environment).
+        loop: uvicorn's ``--loop`` (default: :func:`uvicorn_impl`).
+        http: uvicorn's ``--http`` (default: :func:`uvicorn_impl`).
+        log_level: uvicorn's ``--log-level``.
+
+    Raises:
+        RuntimeError: If the server exits early or does not answer within 20 seconds.
+    """
+    default_loop, default_http = uvicorn_impl()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(2048)
+    port = listener.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        f"benchmarks.bench_app:{factory}",
+        "--fd",
+        str(listener.fileno()),
+        "--workers",
+        "1",
+        "--loop",
+        loop or default_loop,
+        "--http",
+        http or default_http,
+        "--no-access-log",
+        "--log-level",
+        log_level,
+        "--timeout-graceful-shutdown",
+        "2",
+        *uvicorn_args,
+    ]
+    child_env = {**os.environ, **(env or {})}
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=child_env,
+            pass_fds=(listener.fileno(),),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        listener.close()  # the child has its own copy
+        try:
+            info = _wait_ready(port, process, log)
+            yield Server(name, "127.0.0.1", port, process.pid, info)
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready(port: int, process: subprocess.Popen[bytes], log: IO[bytes]) -> dict[str, Any]:
+    deadline = time.monotonic() + _START_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the benchmark server exited early:\n{_read(log)}")
+        try:
+            return fetch_json("127.0.0.1", port, "/_bench/info", timeout=2.0)
+        except (OSError, http.client.HTTPException):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the benchmark server did not start:\n{_read(log)}")
+        time.sleep(0.05)
+
+
+def _read(log: IO[bytes]) -> str:
+    log.seek(0)
+    return log.read().decode("utf-8", "replace")[-4000:]
