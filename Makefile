@@ -33,7 +33,7 @@ pytest: $(STAMP)
 # A copy of the tree with the hot modules compiled, for benchmarks and test-compiled.
 compile: $(STAMP)
 	rm -rf $(COMPILED) && mkdir -p $(COMPILED)
-	cp -r apf_limiter tests examples docs $(COMPILED)/
+	cp -r apf_limiter tests examples docs benchmarks $(COMPILED)/
 	printf '[mypy]\n[mypy-xxhash.*]\nignore_missing_imports = True\n' > $(COMPILED)/mypy.ini
 	cd $(COMPILED) && ../../$(BIN)/mypyc $(MYPYC_MODULES) > mypyc.log 2>&1 || (tail -50 mypyc.log; exit 1)
 	cp pyproject.toml $(COMPILED)/  # pytest's settings (after mypyc: its setuptools reads it)
@@ -53,6 +53,16 @@ bench-deps: $(STAMP)
 bench: bench-deps
 	$(BIN)/pytest benchmarks -q -p no:randomly --benchmark-only --benchmark-columns=min,median,iqr,rounds
 	$(BIN)/python -m benchmarks.engine_bench
+	$(BIN)/python -m benchmarks.metrics_overhead
+	$(BIN)/python -m benchmarks.saturation_bench
+	$(BIN)/python -m benchmarks.http_bench
+	$(BIN)/python -m benchmarks.fairness_bench
+	$(BIN)/python -m benchmarks.plots
+
+# A million requests through APFMiddleware with disconnects and handler errors (~20 min).
+soak: bench-deps
+	$(BIN)/python -m benchmarks.long_run
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+	find apf_limiter -name '*.so' -delete  # left by a mypyc wheel build; they shadow the sources

@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Awaitable, Generator, Mapping, Sequence
 from os import PathLike
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from apf_limiter.clock import Clock, RealClock, Timer, new_waiter
 from apf_limiter.config.model import Configuration
@@ -35,11 +35,11 @@ __all__ = ["Admission", "Limiter", "ConfigSource"]
 
 ConfigSource = Configuration | Mapping[str, object] | str | PathLike[str]
 
-_EXECUTING = RequestState.EXECUTING
-_WAITING = RequestState.WAITING
-_LINGERING = RequestState.LINGERING
-_MAX_REPLAYED_ADJUSTMENTS = 1000
-_NEVER = math.inf
+_EXECUTING: Final = RequestState.EXECUTING
+_WAITING: Final = RequestState.WAITING
+_LINGERING: Final = RequestState.LINGERING
+_MAX_REPLAYED_ADJUSTMENTS: Final = 1000
+_NEVER: Final = math.inf
 
 logger = logging.getLogger("apf_limiter")
 
@@ -262,7 +262,7 @@ class _Released:
         return iter(())  # type: ignore[return-value]
 
 
-_RELEASED = _Released()
+_RELEASED: Final = _Released()
 
 
 def _is_exempt(request: Request) -> bool:

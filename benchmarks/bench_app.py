@@ -230,14 +230,14 @@ def work_semaphore() -> ASGIApp:
 # --- the long run ---------------------------------------------------------------------------
 
 
-def soak_config(capacity: int) -> dict[str, Any]:
+def soak_config(capacity: int, wait_limit: float) -> dict[str, Any]:
     """The long run's configuration: one level, fair per user, short queues and wait limit.
 
-    Short queues (4 requests) and a 2 s wait limit make the run go through every outcome:
+    Short queues (2 requests) and a short wait limit make the run go through every outcome:
     immediate admission, queuing, ``queue-full`` and ``time-out`` rejections.
     """
-    config = demo_config(capacity, queue_length_limit=4)
-    config["requestWaitLimit"] = 2
+    config = demo_config(capacity, queue_length_limit=2)
+    config["requestWaitLimit"] = wait_limit
     return config
 
 
@@ -267,10 +267,12 @@ async def _soak_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 def soak() -> ASGIApp:
-    """The long-run app: APF (``APF_BENCH_CAPACITY`` seats, default 8) in front of
-    ``/ok``, ``/sleep?us=N``, ``/boom`` and ``/boom-mid``."""
-    capacity = int(os.environ.get("APF_BENCH_CAPACITY") or 8)
-    middleware = APFMiddleware(
-        _soak_endpoint, config=soak_config(capacity), identify=bearer_identity
-    )
+    """The long-run app: APF in front of ``/ok``, ``/sleep?us=N``, ``/boom``, ``/boom-mid``.
+
+    ``APF_BENCH_CAPACITY`` seats (default 4), ``APF_BENCH_WAIT_LIMIT`` seconds (default 0.05).
+    """
+    capacity = int(os.environ.get("APF_BENCH_CAPACITY") or 4)
+    wait_limit = float(os.environ.get("APF_BENCH_WAIT_LIMIT") or 0.05)
+    config = soak_config(capacity, wait_limit)
+    middleware = APFMiddleware(_soak_endpoint, config=config, identify=bearer_identity)
     return _BenchRoutes(middleware, middleware.limiter)

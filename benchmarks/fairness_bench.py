@@ -193,11 +193,11 @@ def http(rounds: int, load: HttpLoad, warmup: float, capacity: int) -> dict[str,
             figures[variant] = _mice_figures(records, warmup)
             if index == 0:
                 series[variant] = [
-                    (r.sent, r.latency)
-                    for r in records
-                    if r.flow != "elephant" and r.status == 200
+                    (r.sent, r.latency) for r in records if r.flow != "elephant" and r.status == 200
                 ]
-        figures["wait_ratio"] = figures["apf"]["mice_wait_p99"] / figures["semaphore"]["mice_wait_p99"]
+        figures["wait_ratio"] = (
+            figures["apf"]["mice_wait_p99"] / figures["semaphore"]["mice_wait_p99"]
+        )
         figures["latency_ratio"] = (
             figures["apf"]["mice_latency_p99"] / figures["semaphore"]["mice_latency_p99"]
         )

@@ -108,42 +108,40 @@ class _Client:
 
     async def elephant(self, slot: int) -> None:
         stream = random.Random(f"{self.load.seed}/elephant/{slot}")
-        reader: asyncio.StreamReader | None = None
-        writer: asyncio.StreamWriter | None = None
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         try:
             while time.perf_counter() < self.end:
                 sent = time.perf_counter()
                 try:
-                    if writer is None or reader is None:
-                        reader, writer = await asyncio.wait_for(
+                    if connection is None:
+                        connection = await asyncio.wait_for(
                             asyncio.open_connection(self.host, self.port), _CONNECT_TIMEOUT
                         )
-                    await self.exchange(
-                        "elephant", self.request_bytes("elephant", stream), reader, writer, sent
-                    )
+                    request = self.request_bytes("elephant", stream)
+                    await self.exchange("elephant", request, *connection, sent)
                 except (OSError, asyncio.IncompleteReadError, ValueError, TimeoutError):
                     self.failed("elephant", sent)
-                    if writer is not None:
-                        writer.close()
-                    reader = writer = None
+                    if connection is not None:
+                        connection[1].close()
+                    connection = None
                     await asyncio.sleep(0.1)
         finally:
-            if writer is not None:
-                writer.close()
+            if connection is not None:
+                connection[1].close()
 
     async def mouse_request(self, flow: str, request: bytes) -> None:
         sent = time.perf_counter()
-        writer: asyncio.StreamWriter | None = None
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         try:
-            reader, writer = await asyncio.wait_for(
+            connection = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port), _CONNECT_TIMEOUT
             )
-            await self.exchange(flow, request, reader, writer, sent)
+            await self.exchange(flow, request, *connection, sent)
         except (OSError, asyncio.IncompleteReadError, ValueError, TimeoutError):
             self.failed(flow, sent)
         finally:
-            if writer is not None:
-                writer.close()
+            if connection is not None:
+                connection[1].close()
 
     async def mouse(self, number: int, spawned: set[asyncio.Task[None]]) -> None:
         flow = f"mouse-{number}"
@@ -161,7 +159,9 @@ async def run_http_load(host: str, port: int, load: HttpLoad) -> list[HttpRecord
     """Run one elephant-and-mice load against the server; returns every request's record."""
     client = _Client(host, port, load)
     spawned: set[asyncio.Task[None]] = set()
-    tasks = [asyncio.create_task(client.elephant(slot)) for slot in range(load.elephant_concurrency)]
+    tasks = [
+        asyncio.create_task(client.elephant(slot)) for slot in range(load.elephant_concurrency)
+    ]
     tasks += [asyncio.create_task(client.mouse(n, spawned)) for n in range(load.mice)]
     try:
         await asyncio.wait(tasks, timeout=load.duration + _DRAIN_TIMEOUT)

@@ -25,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from types import TracebackType
+from typing import Literal, Protocol
 
 from apf_limiter import Limiter, Rejected, RequestDigest
 from apf_limiter.testing import FakeClock
@@ -53,6 +54,23 @@ Gate = Literal["apf", "fifo"]
 ServiceShape = Literal["uniform", "fixed"]
 
 _REJECTED_RETRY_PAUSE = 0.2
+
+
+class _Held(Protocol):
+    """What a gate's ``hold(flow)`` returns: ``async with`` holds a seat."""
+
+    def __aenter__(self) -> Awaitable[object]: ...
+
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> Awaitable[object]: ...
+
+
+_Hold = Callable[[str], _Held]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +177,7 @@ class Summary:
 class _Run:
     scenario: Scenario
     clock: FakeClock
-    hold: Callable[[str], AbstractAsyncContextManager[object]]
+    hold: _Hold
     records: list[Record] = field(default_factory=list)
 
     def service(self, stream: random.Random) -> float:
@@ -198,9 +216,7 @@ class _Run:
             task.add_done_callback(spawned.discard)
 
 
-def _apf_hold(
-    scenario: Scenario, clock: FakeClock
-) -> tuple[Limiter, Callable[[str], AbstractAsyncContextManager[object]]]:
+def _apf_hold(scenario: Scenario, clock: FakeClock) -> tuple[Limiter, _Hold]:
     config = level_config(
         scenario.capacity, scenario.queues, scenario.hand_size, scenario.queue_length_limit
     )
@@ -208,7 +224,7 @@ def _apf_hold(
     limiter = Limiter(config, clock=clock, hash_seed=scenario.seed)
     digests: dict[str, RequestDigest] = {}
 
-    def hold(flow: str) -> AbstractAsyncContextManager[object]:
+    def hold(flow: str) -> _Held:
         digest = digests.get(flow)
         if digest is None:
             digest = digests[flow] = RequestDigest(
@@ -219,7 +235,7 @@ def _apf_hold(
     return limiter, hold
 
 
-def _fifo_hold(capacity: int) -> Callable[[str], AbstractAsyncContextManager[object]]:
+def _fifo_hold(capacity: int) -> _Hold:
     semaphore = asyncio.Semaphore(capacity)
 
     @asynccontextmanager

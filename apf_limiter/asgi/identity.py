@@ -9,7 +9,7 @@ path = the route path), and the client address feeds ``ByClientIP``. Header valu
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from apf_limiter.asgi.options import Identity, ResourceAttributes, WorkEstimate
 from apf_limiter.asgi.types import Scope
@@ -22,9 +22,9 @@ from apf_limiter.digest import (
 
 __all__ = ["default_identify", "route_path", "build_digest", "ScopeHeaders"]
 
-_ANONYMOUS_GROUPS: tuple[str, ...] = (UNAUTHENTICATED_GROUP,)
-_RESOURCE_VERBS = {"get": "get", "head": "get", "post": "create", "put": "update"}
-_COLLECTION_VERBS = {"get": "list", "head": "list", "delete": "deletecollection"}
+_ANONYMOUS_GROUPS: Final[tuple[str, ...]] = (UNAUTHENTICATED_GROUP,)
+_RESOURCE_VERBS: Final = {"get": "get", "head": "get", "post": "create", "put": "update"}
+_COLLECTION_VERBS: Final = {"get": "list", "head": "list", "delete": "deletecollection"}
 
 
 def default_identify(scope: Scope) -> Identity | None:

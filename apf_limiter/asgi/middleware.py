@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from apf_limiter.asgi.identity import build_digest, default_identify, route_path
 from apf_limiter.asgi.options import Identity, ResourceAttributes, RouteOptions, WorkEstimate
@@ -43,11 +43,13 @@ from apf_limiter.limiter import Admission, ConfigSource, Limiter
 __all__ = ["APFMiddleware", "DEBUG_PATH"]
 
 #: Requests below this path go to the debug endpoints when ``debug_endpoints=True``.
-DEBUG_PATH = "/debug/api_priority_and_fairness"
+DEBUG_PATH: Final = "/debug/api_priority_and_fairness"
 
-_STARTS = frozenset({"http.response.start", "websocket.accept", "websocket.http.response.start"})
-_BODIES = frozenset({"http.response.body", "http.response.zerocopysend"})
-_LIFESPAN_ENDS = frozenset({"lifespan.shutdown.complete", "lifespan.shutdown.failed"})
+_STARTS: Final = frozenset(
+    {"http.response.start", "websocket.accept", "websocket.http.response.start"}
+)
+_BODIES: Final = frozenset({"http.response.body", "http.response.zerocopysend"})
+_LIFESPAN_ENDS: Final = frozenset({"lifespan.shutdown.complete", "lifespan.shutdown.failed"})
 
 
 class APFMiddleware:

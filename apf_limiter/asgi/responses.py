@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from typing import Final
 
 from apf_limiter.asgi.types import Message, Receive, RejectHook, Scope, Send
 from apf_limiter.errors import Rejected
@@ -24,13 +25,13 @@ __all__ = [
 ]
 
 #: The rejection message (Kubernetes' wording).
-REJECTION_DETAIL = "Too many requests, please try again later."
+REJECTION_DETAIL: Final = "Too many requests, please try again later."
 #: The WebSocket close code of a rejection when no denial response is possible.
-WEBSOCKET_TRY_AGAIN_LATER = 1013
+WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
 
-_BODY = json.dumps({"detail": REJECTION_DETAIL}, separators=(",", ":")).encode()
-_DENIAL_EXTENSION = "websocket.http.response"
-_RESPONSE_STARTS = frozenset({"http.response.start", "websocket.http.response.start"})
+_BODY: Final = json.dumps({"detail": REJECTION_DETAIL}, separators=(",", ":")).encode()
+_DENIAL_EXTENSION: Final = "websocket.http.response"
+_RESPONSE_STARTS: Final = frozenset({"http.response.start", "websocket.http.response.start"})
 
 
 class HeaderNames:

@@ -14,7 +14,7 @@ Two sources, in this order:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from apf_limiter.asgi.identity import route_path
 from apf_limiter.asgi.options import ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
@@ -23,7 +23,7 @@ from apf_limiter.engine.rules import non_resource_url_matches
 
 __all__ = ["RouteLookup", "endpoint_options"]
 
-_MAX_DEPTH = 16  # mounts inside mounts; deeper nesting is not followed
+_MAX_DEPTH: Final = 16  # mounts inside mounts; deeper nesting is not followed
 
 
 def endpoint_options(endpoint: object) -> RouteOptions | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = [
     "MIN_TARGET",
@@ -18,10 +19,10 @@ __all__ = [
     "compute_concurrency_allocation",
 ]
 
-MIN_TARGET = 0.001
+MIN_TARGET: Final = 0.001
 """Targets below this are raised to it, so that no target is zero."""
-EPSILON = 1e-7
-_FLOAT32_MAX = 3.4028234663852886e38
+EPSILON: Final = 1e-7
+_FLOAT32_MAX: Final = 3.4028234663852886e38
 
 
 class AllocationError(ValueError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from apf_limiter.engine.allocation import (
     AllocationError,
@@ -28,7 +29,7 @@ __all__ = [
     "compute_borrowing",
 ]
 
-SMOOTHING_COEFFICIENT = 0.977
+SMOOTHING_COEFFICIENT: Final = 0.977
 """A: the weight of the previous smoothed demand (half-life ≈ 30 periods ≈ 5 minutes)."""
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import xxhash
 
@@ -30,19 +31,19 @@ __all__ = [
     "order_flow_schemas",
 ]
 
-EXEMPT_FLOW_SCHEMA = "exempt"
-CATCH_ALL_FLOW_SCHEMA = "catch-all"
+EXEMPT_FLOW_SCHEMA: Final = "exempt"
+CATCH_ALL_FLOW_SCHEMA: Final = "catch-all"
 
-_UINT64 = 1 << 64
+_UINT64: Final = 1 << 64
 # Per schema; bounds memory when distinguishers are unbounded (e.g. client addresses). Past the
 # limit the cache is simply emptied: cheaper than LRU bookkeeping, and a miss costs about 1 µs.
 _CACHE_LIMIT = 16384
 
-_BY_USER = 1
-_BY_NAMESPACE = 2
-_BY_CLIENT_IP = 3
-_BY_HEADER = 4
-_DISTINGUISHER_KINDS = {
+_BY_USER: Final = 1
+_BY_NAMESPACE: Final = 2
+_BY_CLIENT_IP: Final = 3
+_BY_HEADER: Final = 4
+_DISTINGUISHER_KINDS: Final = {
     "ByUser": _BY_USER,
     "ByNamespace": _BY_NAMESPACE,
     "ByClientIP": _BY_CLIENT_IP,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from apf_limiter.config.model import Configuration, PriorityLevel
 from apf_limiter.engine.seat_seconds import go_round
@@ -38,7 +38,7 @@ __all__ = [
     "plan_configuration",
 ]
 
-MAX_SEATS_FRACTION = 0.15
+MAX_SEATS_FRACTION: Final = 0.15
 """Share of a level's nominal limit that one request may occupy at most."""
 
 

@@ -9,6 +9,7 @@ the per-level and per-flow-schema counters that :meth:`statistics` reports.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from apf_limiter.config.model import Configuration, PriorityLevel
 from apf_limiter.digest import RequestDigest
@@ -30,10 +31,10 @@ from apf_limiter.engine.statistics import (
 
 __all__ = ["DEFAULT_MAX_SEATS", "Controller", "LevelState", "FlowSchemaCounters"]
 
-_WAITING = RequestState.WAITING
-_EXECUTING = RequestState.EXECUTING
+_WAITING: Final = RequestState.WAITING
+_EXECUTING: Final = RequestState.EXECUTING
 
-DEFAULT_MAX_SEATS = 100
+DEFAULT_MAX_SEATS: Final = 100
 """Seat cap for levels without a computed maxSeats (exempt and Reject levels), as Kubernetes'
 estimator uses its global maximum there."""
 

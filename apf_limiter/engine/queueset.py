@@ -40,6 +40,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
+from typing import Final
 
 from apf_limiter.engine.integrator import Integrator
 from apf_limiter.engine.request import Request, RequestState
@@ -54,17 +55,17 @@ from apf_limiter.engine.shuffle_sharding import Dealer
 
 __all__ = ["Queue", "QueueSet", "NOTHING"]
 
-NOTHING: Sequence[Request] = ()
+NOTHING: Final[Sequence[Request]] = ()
 """The shared empty result: nothing was dispatched."""
 
 # Module-level aliases: a global lookup is cheaper than an enum attribute on the hot path.
-_NEW = RequestState.NEW
-_WAITING = RequestState.WAITING
-_EXECUTING = RequestState.EXECUTING
-_LINGERING = RequestState.LINGERING
-_DONE = RequestState.DONE
+_NEW: Final = RequestState.NEW
+_WAITING: Final = RequestState.WAITING
+_EXECUTING: Final = RequestState.EXECUTING
+_LINGERING: Final = RequestState.LINGERING
+_DONE: Final = RequestState.DONE
 
-_HAND_CACHE_LIMIT = 16384
+_HAND_CACHE_LIMIT: Final = 16384
 
 
 class Queue:
@@ -715,7 +716,7 @@ class QueueSet:
         )
 
 
-_EXACT = 1 << 53
+_EXACT: Final = 1 << 53
 
 
 def _seats_times_duration_int(seats: int, duration_ns: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from apf_limiter.engine.seat_seconds import (
     ESTIMATED_SERVICE_NS,
@@ -155,7 +155,7 @@ class Request:
         )
 
 
-_INITIAL_WORK: dict[int, int] = {}
+_INITIAL_WORK: Final[dict[int, int]] = {}
 
 
 def _initial_work(seats: int) -> int:

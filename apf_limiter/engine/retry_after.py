@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = ["MAX_RETRY_AFTER", "DroppedRequestsSnapshot", "DroppedRequestsTracker"]
 
-MAX_RETRY_AFTER = 32
+MAX_RETRY_AFTER: Final = 32
 """The ceiling of ``Retry-After``, in seconds."""
 
 

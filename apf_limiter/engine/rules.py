@@ -11,6 +11,7 @@ precomputed URL prefixes and wildcard flags, so matching a request allocates not
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from apf_limiter.config.model import (
     FlowSchema,
@@ -34,8 +35,8 @@ __all__ = [
     "resource_key",
 ]
 
-SERVICE_ACCOUNT_USERNAME_PREFIX = "system:serviceaccount:"
-_WILDCARD = "*"
+SERVICE_ACCOUNT_USERNAME_PREFIX: Final = "system:serviceaccount:"
+_WILDCARD: Final = "*"
 
 
 def literal_values(values: Sequence[str]) -> frozenset[str] | None:

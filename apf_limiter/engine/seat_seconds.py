@@ -9,6 +9,7 @@ so every value here is reduced with :data:`MASK`. Durations are integer nanoseco
 from __future__ import annotations
 
 import math
+from typing import Final
 
 __all__ = [
     "SCALE",
@@ -25,17 +26,17 @@ __all__ = [
     "to_nanoseconds",
 ]
 
-SCALE = 100_000_000
+SCALE: Final = 100_000_000
 """Units per seat-second."""
 
-MASK = (1 << 64) - 1
-MAX_SEAT_SECONDS = MASK
-R_DECREMENT = MAX_SEAT_SECONDS // 2
+MASK: Final = (1 << 64) - 1
+MAX_SEAT_SECONDS: Final = MASK
+R_DECREMENT: Final = MAX_SEAT_SECONDS // 2
 """How far an epoch advance winds the virtual clock back (9223372036854775807)."""
-HIGH_R = R_DECREMENT + R_DECREMENT // 2
+HIGH_R: Final = R_DECREMENT + R_DECREMENT // 2
 """The virtual time at which an epoch advance happens (13835058055282163710)."""
 
-ESTIMATED_SERVICE_NS = 3_000_000
+ESTIMATED_SERVICE_NS: Final = 3_000_000
 """G: the fixed estimate of a request's service time, 3 ms."""
 
 

@@ -10,16 +10,17 @@ one period ``deck! / (deck - hand)!`` every ordered hand appears exactly once.
 from __future__ import annotations
 
 import math
+from typing import Final
 
 __all__ = ["MAX_HASH_BITS", "MAX_DECK_SIZE", "Dealer", "required_entropy_bits"]
 
-MAX_HASH_BITS = 60
+MAX_HASH_BITS: Final = 60
 """Entropy a hand may consume; the 4 spare bits of 64 keep the last card's bias at most 32:33."""
 
-MAX_DECK_SIZE = 1 << 26
+MAX_DECK_SIZE: Final = 1 << 26
 """Largest supported deck (number of queues)."""
 
-_HASH_MASK = (1 << 64) - 1
+_HASH_MASK: Final = (1 << 64) - 1
 
 
 def required_entropy_bits(deck_size: int, hand_size: int) -> int:

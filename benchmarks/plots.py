@@ -1,0 +1,187 @@
+"""Draw the performance plots of ``docs/performance.md`` from the benchmarks' JSON results.
+
+Run: ``.venv/bin/python -m benchmarks.plots`` after :mod:`benchmarks.http_bench`,
+:mod:`benchmarks.fairness_bench` and :mod:`benchmarks.saturation_bench` (a missing
+``saturation.json`` is measured on the spot with a small grid). Writes, with matplotlib's Agg
+backend:
+
+* ``docs/perf-http-throughput.png`` — req/s of the four variants (median, min–max bars);
+* ``docs/perf-mice-latency.png`` — the mice's latency over time behind the semaphore and behind
+  APF, over real HTTP and (wait only) in fake time;
+* ``docs/perf-engine-cost.png`` — engine cost per request against queues and flows, and
+  against the number of queued requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+
+from benchmarks.servers import REPO_ROOT
+
+__all__ = ["engine_cost", "http_throughput", "main", "mice_latency"]
+
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+DOCS = REPO_ROOT / "docs"
+_COLORS = {
+    "bare": "#888888",
+    "apf": "#1f77b4",
+    "semaphore": "#d62728",
+    "limit-concurrency": "#ff7f0e",
+}
+
+
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / name
+    if not path.exists():
+        return None
+    result: dict[str, Any] = json.loads(path.read_text())
+    return result
+
+
+def http_throughput(result: dict[str, Any], out: Path) -> None:
+    """Bars: median req/s per variant, min–max whiskers, the ratio to bare on top."""
+    names = list(result["variants"])
+    stats = [result["variants"][n]["rps_stats"] for n in names]
+    medians = [s["median"] for s in stats]
+    below = [s["median"] - s["min"] for s in stats]
+    above = [s["max"] - s["median"] for s in stats]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bars = ax.bar(
+        names,
+        medians,
+        yerr=[below, above],
+        capsize=6,
+        color=[_COLORS.get(n, "#444444") for n in names],
+    )
+    for bar, name in zip(bars, names, strict=True):
+        ratio = result["variants"][name]["ratio_stats"]["median"]
+        ax.annotate(
+            f"{ratio:.1%}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            xytext=(0, 8),
+            textcoords="offset points",
+            ha="center",
+        )
+    build = result.get("server_build", {}).get("build", "?")
+    ax.set_ylabel("requests / s (median, min–max)")
+    ax.set_title(
+        f"Hello world under uvicorn ({result['uvicorn_http']}, {result['uvicorn_loop']}): "
+        f"{result['rounds']} rounds × {result['duration']:g} s, {result['generator']}, "
+        f"{result['connections']} conns\napf_limiter {build}; % = median per-round ratio to bare",
+        fontsize=9,
+    )
+    ax.set_ylim(0, max(s["max"] for s in stats) * 1.15)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def mice_latency(result: dict[str, Any], out: Path) -> None:
+    """Mice latency over time, semaphore against APF: real HTTP (top), fake time (bottom)."""
+    panels = []
+    if "http" in result:
+        panels.append(("http", result["http"]["mice_latency_series"]))
+    panels.append(("fake", result["fake_time"]["mice_wait_series"]))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.4 * len(panels)), squeeze=False)
+    labels = {"semaphore": "FIFO semaphore", "fifo": "FIFO semaphore", "apf": "APF"}
+    for ax, (kind, series) in zip(axes[:, 0], panels, strict=True):
+        for variant, points in series.items():
+            if not points:
+                continue
+            xs = [p[0] for p in points]
+            ys = [p[1] * 1000 for p in points]
+            color = _COLORS["apf"] if variant == "apf" else _COLORS["semaphore"]
+            ax.scatter(xs, ys, s=6, alpha=0.6, color=color, label=labels.get(variant, variant))
+        ax.set_yscale("log")
+        ax.set_xlabel("seconds since the start")
+        if kind == "http":
+            h = result["http"]
+            load = h["load"]
+            ax.set_ylabel("mouse latency (ms)")
+            ax.set_title(
+                f"Real HTTP: 1 elephant ({load['elephant_concurrency']} in flight) vs "
+                f"{load['mice']} mice, {h['capacity']} seats, ~"
+                f"{load['service_time'] * 1000:.0f} ms service",
+                fontsize=9,
+            )
+        else:
+            ax.set_ylabel("mouse wait for a seat (ms)")
+            ax.set_title("Fake time (exact), same load: the wait for a seat", fontsize=9)
+        ax.legend(loc="center right", fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def engine_cost(result: dict[str, Any], out: Path) -> None:
+    """Cost per request against queues (one line per flow count) and against the backlog."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for flows, row in result["by_flows"].items():
+        left.plot(
+            row["queues"], [s * 1e6 for s in row["seconds"]], marker="o", label=f"{flows} flows"
+        )
+    left.set_xscale("log", base=2)
+    left.set_xlabel("queues of the level")
+    left.set_ylabel("µs per request (enqueue + dispatch)")
+    left.set_title("Saturated level, 2,000 queued", fontsize=9)
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=8)
+    left.grid(True, alpha=0.3)
+    for queues, row in result["by_backlog"].items():
+        right.plot(
+            row["backlog"], [s * 1e6 for s in row["seconds"]], marker="o", label=f"{queues} queues"
+        )
+    right.set_xscale("log")
+    right.set_xlabel("requests queued")
+    right.set_ylabel("µs per request")
+    right.set_title("Against the backlog (10,000 flows)", fontsize=9)
+    right.set_ylim(bottom=0)
+    right.legend(fontsize=8)
+    right.grid(True, alpha=0.3)
+    build = result.get("build", {}).get("build", "?")
+    fig.suptitle(f"Engine cost under saturation (apf_limiter {build})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    """Draw every plot whose results exist."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--docs", type=Path, default=DOCS, help="where the PNGs go")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON files are")
+    args = parser.parse_args()
+    http = _load(args.results, "http.json")
+    if http is not None:
+        http_throughput(http, args.docs / "perf-http-throughput.png")
+        print(f"wrote {args.docs / 'perf-http-throughput.png'}")
+    else:
+        print("no benchmarks/results/http.json: run python -m benchmarks.http_bench")
+    fairness = _load(args.results, "fairness.json")
+    if fairness is not None:
+        mice_latency(fairness, args.docs / "perf-mice-latency.png")
+        print(f"wrote {args.docs / 'perf-mice-latency.png'}")
+    else:
+        print("no benchmarks/results/fairness.json: run python -m benchmarks.fairness_bench")
+    saturation = _load(args.results, "saturation.json")
+    if saturation is None:
+        from benchmarks.saturation_bench import sweep
+
+        print("no benchmarks/results/saturation.json: measuring a small grid")
+        saturation = sweep(n=5000, repeats=1, backlogs=(1000, 10_000), memory_counts=())
+    engine_cost(saturation, args.docs / "perf-engine-cost.png")
+    print(f"wrote {args.docs / 'perf-engine-cost.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Engine cost under saturation against queues, flows and backlog; memory per queued request.
+
+Run: ``.venv/bin/python -m benchmarks.saturation_bench`` (``--quick`` for a smoke test).
+
+Extends section 2 and 3 of :mod:`benchmarks.engine_bench` (it reuses its
+:func:`~benchmarks.engine_bench.saturated_level` and
+:func:`~benchmarks.engine_bench.memory_per_queued_request`) to a grid:
+
+* the cost of one arrival that must queue plus one completion that dispatches the next
+  request, with 2,000 requests queued, for 64…4,096 queues and 10…10,000 flows;
+* the same cost with 1,000…100,000 requests queued (10,000 flows);
+* bytes per queued request at 10,000 and 100,000 queued requests.
+
+Every cost is also given as a ratio to the first point of its row (64 queues, or the smallest
+backlog) measured in the same run: the median of three interleaved repetitions. The results go
+to ``benchmarks/results/saturation.json`` for :mod:`benchmarks.plots`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_app import build_info
+from benchmarks.engine_bench import memory_per_queued_request, saturated_level
+from benchmarks.servers import REPO_ROOT
+
+__all__ = ["QUEUES", "FLOWS", "BACKLOGS", "sweep", "main"]
+
+QUEUES = (64, 256, 1024, 4096)
+FLOWS = (10, 100, 1000, 10_000)
+BACKLOGS = (1000, 10_000, 100_000)
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "saturation.json"
+
+
+def _median_of(steps: list[Callable[[int], float]], n: int, repeats: int) -> list[float]:
+    """Interleave ``repeats`` timings of every step function; the median per function."""
+    samples: list[list[float]] = [[] for _ in steps]
+    for _ in range(repeats):
+        for index, step in enumerate(steps):
+            samples[index].append(step(n))
+    return [statistics.median(s) for s in samples]
+
+
+def sweep(
+    n: int = 20_000,
+    repeats: int = 3,
+    queues: tuple[int, ...] = QUEUES,
+    flows: tuple[int, ...] = FLOWS,
+    backlogs: tuple[int, ...] = BACKLOGS,
+    memory_counts: tuple[int, ...] = (10_000, 100_000),
+) -> dict[str, Any]:
+    """Measure the grid; seconds per request, ratios, bytes per queued request."""
+    grid: dict[str, Any] = {}
+    for flow_count in flows:
+        steps = [saturated_level(q, flow_count) for q in queues]
+        costs = _median_of(steps, n, repeats)
+        grid[str(flow_count)] = {
+            "queues": list(queues),
+            "seconds": costs,
+            "ratio_to_first": [c / costs[0] for c in costs],
+        }
+        print(
+            f"  {flow_count:>6} flows: "
+            + ", ".join(f"{q} queues {c * 1e6:.2f} µs" for q, c in zip(queues, costs, strict=True))
+        )
+    backlog: dict[str, Any] = {}
+    for queue_count in (queues[0], queues[-1]):
+        steps = [saturated_level(queue_count, flows[-1], backlog=b) for b in backlogs]
+        costs = _median_of(steps, n, repeats)
+        backlog[str(queue_count)] = {
+            "backlog": list(backlogs),
+            "seconds": costs,
+            "ratio_to_first": [c / costs[0] for c in costs],
+        }
+        print(
+            f"  {queue_count:>5} queues, {flows[-1]} flows: "
+            + ", ".join(
+                f"{b:,} queued {c * 1e6:.2f} µs" for b, c in zip(backlogs, costs, strict=True)
+            )
+        )
+    memory: dict[str, Any] = {}
+    for count in memory_counts:
+        engine, shell = memory_per_queued_request(count)
+        memory[str(count)] = {"engine_bytes": engine, "shell_bytes": shell}
+        print(f"  {count:,} queued: engine {engine:.0f} B, through Limiter.admit {shell:.0f} B")
+    return {"by_flows": grid, "by_backlog": backlog, "memory": memory, "n": n}
+
+
+def main() -> None:
+    """Run the sweep, print it and write the JSON file."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result file")
+    parser.add_argument("--quick", action="store_true", help="smoke test: a small grid")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    info = build_info()
+    print(f"apf_limiter build: {info['build']} ({info['queueset_file']})")
+    print("Saturated level (limit 100): one arrival that queues + one dispatch, per request")
+    if args.quick:
+        result = sweep(
+            n=2000,
+            repeats=1,
+            queues=(64, 4096),
+            flows=(10, 1000),
+            backlogs=(1000, 10_000),
+            memory_counts=(2000,),
+        )
+    else:
+        result = sweep()
+    result["build"] = info
+    result["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"({time.perf_counter() - started:.0f} s)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"Results written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
