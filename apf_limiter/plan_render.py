@@ -22,6 +22,7 @@ from apf_limiter.engine.classifier import order_flow_schemas
 from apf_limiter.engine.concurrency import ConfigurationPlan, LevelPlan
 
 __all__ = [
+    "plan_notes",
     "render_plan",
     "format_table",
     "describe_level_type",
@@ -215,4 +216,44 @@ def render_plan(config: Configuration, plan: ConfigurationPlan, *, source: str) 
     lines += ["", f"Flow schemas ({len(schemas)}, in matching order):"]
     schema_rows = [_schema_row(schema) for schema in schemas]
     lines.extend(format_table(_SCHEMA_HEADERS, schema_rows, _SCHEMA_RIGHT))
+    notes = plan_notes(plan)
+    if notes:
+        lines += ["", "Notes:"]
+        lines.extend(f"  - {note}" for note in notes)
     return "\n".join(lines) + "\n"
+
+
+def plan_notes(plan: ConfigurationPlan) -> list[str]:
+    """Warnings about a plan: levels that may admit nothing at this server limit.
+
+    Args:
+        plan: The plan to check.
+
+    Returns:
+        One sentence per finding (empty when there is nothing to say).
+    """
+    notes = []
+    for level in plan.levels:
+        if level.type == "Exempt" or level.lower_limit > 0:
+            continue
+        if level.nominal_limit == 0:
+            notes.append(
+                f"{level.name}: no nominal seats (0 shares); it admits only what borrowing "
+                "gives it"
+                + (
+                    " (its borrowing limit is 0: it admits nothing)"
+                    if level.upper_limit == 0
+                    else ""
+                )
+            )
+        elif level.limit_response == "Reject":
+            notes.append(
+                f"{level.name}: lower limit 0 on a Reject level; once borrowing lends all its "
+                "seats away it rejects everything (lower lendablePercent)"
+            )
+        else:
+            notes.append(
+                f"{level.name}: lower limit 0; it starts with no seats and gets them from "
+                "borrowing when requests wait there (lower lendablePercent to keep some)"
+            )
+    return notes

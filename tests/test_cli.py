@@ -322,3 +322,40 @@ def test_installed_script_smoke(good_file: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "1 file checked: all valid"
+
+
+def test_show_notes_levels_with_a_lower_limit_of_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "--server-concurrency-limit", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "Notes:" in out
+    assert "workload-low: lower limit 0" in out
+    assert main(["show"]) == 0
+    assert "Notes:" not in capsys.readouterr().out
+
+
+def test_plan_notes_for_reject_and_jail_levels() -> None:
+    from apf_limiter.engine.concurrency import plan_configuration
+    from apf_limiter.plan_render import plan_notes
+
+    config = load_config(
+        {
+            "serverConcurrencyLimit": 10,
+            "priorityLevels": [
+                {
+                    "name": "lender",
+                    "limited": {
+                        "nominalConcurrencyShares": 10,
+                        "lendablePercent": 100,
+                        "limitResponse": {"type": "Reject"},
+                    },
+                },
+                {
+                    "name": "jail",
+                    "limited": {"nominalConcurrencyShares": 0, "borrowingLimitPercent": 0},
+                },
+            ],
+        }
+    )
+    notes = plan_notes(plan_configuration(config))
+    assert any(n.startswith("lender: lower limit 0 on a Reject level") for n in notes)
+    assert any(n.startswith("jail: no nominal seats") and "admits nothing" in n for n in notes)
