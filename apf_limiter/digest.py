@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -84,6 +84,8 @@ class RequestDigest:
         # object.__setattr__, which made a digest cost ~1.5 µs: more than the rest of an
         # admission's classification. Fill a mutable twin with the same slot layout instead,
         # then give it this class (~0.3 µs; see benchmarks/engine_bench.py).
+        if type(groups) is not tuple:
+            groups = _as_groups(groups)
         digest = _MutableDigest()
         digest.user = user
         digest.groups = groups
@@ -106,6 +108,17 @@ class RequestDigest:
     def is_resource_request(self) -> bool:
         """Whether this is a resource request (``resource`` is set)."""
         return bool(self.resource)
+
+
+def _as_groups(groups: object) -> tuple[str, ...]:
+    # A string is a sequence too, of one-letter "groups": almost certainly a mistake.
+    if isinstance(groups, str | bytes) or not isinstance(groups, Iterable):
+        raise TypeError(f"groups must be a sequence of group names, got {groups!r}")
+    result = tuple(groups)
+    for group in result:
+        if not isinstance(group, str):
+            raise TypeError(f"groups must hold strings, got {group!r}")
+    return result
 
 
 class _MutableDigest:

@@ -38,6 +38,7 @@ ConfigSource = Configuration | Mapping[str, object] | str | PathLike[str]
 _EXECUTING: Final = RequestState.EXECUTING
 _WAITING: Final = RequestState.WAITING
 _LINGERING: Final = RequestState.LINGERING
+_TIMED_OUT: Final = RequestState.TIMED_OUT
 _MAX_REPLAYED_ADJUSTMENTS: Final = 1000
 _NEVER: Final = math.inf
 
@@ -183,16 +184,26 @@ class Admission:
         its seats at that very moment, passes them on) and re-raises the cancellation.
 
         Raises:
-            Rejected: With reason ``time-out`` when the wait limit passed.
-            RuntimeError: If the admission was not started.
+            Rejected: With reason ``time-out`` when the wait limit passed (again on every
+                later call).
+            RuntimeError: If the admission was not started, or was released while (or
+                before) it waited.
         """
         request = self._request
         if request is None:
             raise RuntimeError("wait() needs start() first")
+        limiter = self._limiter
         timer = self._timer
         if timer is None:
-            return  # it never had to wait
-        limiter = self._limiter
+            # Not waiting (any more): admitted at start(), or already done waiting.
+            if request.state is _EXECUTING:
+                return
+            if request.state is _TIMED_OUT:
+                raise limiter._rejection(request, limiter._controller.retry_after(request))
+            raise RuntimeError(
+                f"the request is no longer waiting (it is {request.state.name.lower()}): "
+                "it was released"
+            )
         try:
             await request.handle.wait()
         except BaseException:
@@ -202,8 +213,11 @@ class Admission:
             raise
         timer.cancel()
         self._timer = None
-        if request.state is not _EXECUTING:
+        state = request.state
+        if state is _TIMED_OUT:
             raise limiter._rejected(request, limiter._now())
+        if state is not _EXECUTING:
+            raise RuntimeError("the admission was released while it waited")
         self._queue_wait = request.start_time - request.arrival_time
         observer = limiter._observer
         if observer is not None:
@@ -220,10 +234,12 @@ class Admission:
         if state is _EXECUTING:
             self._limiter._finish(request)
         elif state is _WAITING:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            timer = self._timer
+            self._timer = None
+            if timer is not None:
+                timer.cancel()
             self._limiter._abandon(request)
+            request.handle.set()  # a concurrent wait() wakes up and reports the release
 
     async def __aenter__(self) -> Admission:
         if not self.start():
@@ -301,11 +317,7 @@ class Limiter:
         observer: Observer | None = None,
     ) -> None:
         self._observer = observer
-        try:
-            self._config = _load(config)
-        except ConfigError as exc:
-            self._report_rejected_config(exc, source=config)
-            raise
+        self._config = _load(config)  # a bad first configuration raises: nothing to keep
         self._clock: Clock = clock if clock is not None else RealClock()
         self._now = self._clock.now  # bound once: read on every admission and release
         self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
@@ -417,7 +429,9 @@ class Limiter:
 
     def statistics(self) -> LimiterStatistics:
         """Return a frozen snapshot of every priority level and flow schema."""
-        self._catch_up(self._clock.now())
+        now = self._clock.now()
+        if now >= self._next_check:
+            self._housekeeping(now)  # due borrowing adjustments, and a due file reload
         return self._controller.statistics()
 
     def reconfigure(self, config: ConfigSource) -> None:
@@ -550,7 +564,17 @@ class Limiter:
             )
         self._report_borrowing(limits)
 
+    def _rejection(self, request: Request, retry_after: int) -> Rejected:
+        reason: Any = request.reject_reason
+        return Rejected(
+            reason,
+            priority_level=request.priority_level,
+            flow_schema=request.flow_schema,
+            retry_after=retry_after,
+        )
+
     def _rejected(self, request: Request, now: float) -> Rejected:
+        """Record a rejection (Retry-After, observer, log) and return its exception."""
         retry_after = self._controller.record_rejection(request, now)
         reason: Any = request.reject_reason
         if self._observer is not None:
@@ -574,12 +598,7 @@ class Limiter:
                     "retry_after": retry_after,
                 },
             )
-        return Rejected(
-            reason,
-            priority_level=request.priority_level,
-            flow_schema=request.flow_schema,
-            retry_after=retry_after,
-        )
+        return self._rejection(request, retry_after)
 
     def _housekeeping(self, now: float) -> None:
         if now >= self._next_reload:

@@ -39,3 +39,13 @@ def test_frozen_equality_hash_replace_pickle_copy() -> None:
     assert copy.copy(digest) == digest and type(copy.deepcopy(digest)) is RequestDigest
     assert type(digest) is RequestDigest and isinstance(digest, RequestDigest)
     assert "alice" in repr(digest)
+
+
+def test_groups_are_a_tuple_of_strings() -> None:
+    digest = RequestDigest(groups=["a", "b"])  # type: ignore[arg-type]
+    assert digest.groups == ("a", "b")
+    hash(digest)  # hashable once coerced
+    with pytest.raises(TypeError, match="sequence of group names"):
+        RequestDigest(groups="admin")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="strings"):
+        RequestDigest(groups=[1])  # type: ignore[arg-type]

@@ -460,3 +460,35 @@ async def test_a_jail_level_stays_shut() -> None:
 async def _admit_once(limiter: Limiter, user: str) -> None:
     async with limiter.admit(_digest(user)):
         pass
+
+
+async def test_wait_after_release_or_time_out_never_pretends_to_admit() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1, wait_limit=2), clock=clock)
+    holder = limiter.admit(_digest("a"))
+    assert holder.start()
+    released = limiter.admit(_digest("b"))
+    assert not released.start()
+    released.release()
+    with pytest.raises(RuntimeError, match="released"):
+        await released.wait()
+    # Released by another task while waiting: the waiter wakes up and is told.
+    other = limiter.admit(_digest("c"))
+    assert not other.start()
+    task = asyncio.get_running_loop().create_task(other.wait())
+    await clock.advance(0)
+    other.release()
+    await clock.advance(0)
+    assert isinstance(task.exception(), RuntimeError)
+    # Timed out: every wait() raises the rejection.
+    late = limiter.admit(_digest("d"))
+    assert not late.start()
+    waiting = asyncio.get_running_loop().create_task(late.wait())
+    await clock.advance(2)
+    assert isinstance(waiting.exception(), Rejected)
+    with pytest.raises(Rejected, match="time-out"):
+        await late.wait()
+    holder.release()
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.waiting_requests) == (0, 0)
+    assert (level.cancelled, level.timed_out) == (2, 1)

@@ -105,11 +105,23 @@ class RouteLookup:
         return endpoint_options(_match_endpoint(routes, scope, 0))
 
 
+def _children(route: Any) -> Sequence[Any] | None:
+    """The routes below ``route``: a Mount's or Router's, or a FastAPI included router's."""
+    # Recent FastAPI keeps an included APIRouter as one route whose candidates carry the
+    # include prefix; their matches() apply it.
+    candidates = getattr(route, "effective_candidates", None)
+    if callable(candidates):
+        found: Sequence[Any] = candidates()
+        return found
+    children: Sequence[Any] | None = getattr(route, "routes", None)
+    return children
+
+
 def _any_marked(routes: Sequence[Any], depth: int) -> bool:
     for route in routes:
         if endpoint_options(getattr(route, "endpoint", None)) is not None:
             return True
-        children = getattr(route, "routes", None)
+        children = _children(route)
         if children and depth < _MAX_DEPTH and _any_marked(children, depth + 1):
             return True
     return False
@@ -130,7 +142,7 @@ def _match_endpoint(routes: Sequence[Any], scope: Scope, depth: int) -> object:
         endpoint = getattr(route, "endpoint", None)
         if endpoint is not None:
             return endpoint
-        children = getattr(route, "routes", None)
+        children = _children(route)
         if children and depth < _MAX_DEPTH:
             return _match_endpoint(children, {**scope, **child_scope}, depth + 1)
         return None

@@ -364,6 +364,10 @@ class Controller:
             return self._requeue_after_quiesce(dispatched, now)
         return dispatched
 
+    def retry_after(self, request: Request) -> int:
+        """The current Retry-After of the request's level (nothing recorded)."""
+        return self.tracker.retry_after(request.priority_level)
+
     def record_rejection(self, request: Request, now: float) -> int:
         """Record a dropped request for its level's Retry-After and return the new value."""
         level = request.priority_level

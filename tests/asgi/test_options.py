@@ -232,6 +232,44 @@ async def test_route_options_on_starlette_endpoints_including_mounts(path: str, 
     assert admission.seats == seats
 
 
+@pytest.mark.parametrize(
+    ("path", "seats"),
+    [("/api/v1/items", 4), ("/api/v1/nested/deep", 3), ("/api/v1/plain", 1), ("/direct", 2)],
+)
+async def test_route_options_on_fastapi_routers_with_prefixes(path: str, seats: int) -> None:
+    from fastapi import APIRouter, FastAPI
+
+    inner = APIRouter(prefix="/nested")
+
+    @inner.get("/deep")
+    @route_options(seats=3)
+    async def deep() -> str:
+        return "deep"
+
+    router = APIRouter(prefix="/v1")
+
+    @router.get("/items")
+    @route_options(seats=4)
+    async def items() -> str:
+        return "items"
+
+    @router.get("/plain")
+    async def plain() -> str:
+        return "plain"
+
+    router.include_router(inner)
+    app = FastAPI()
+    app.include_router(router, prefix="/api")
+
+    @app.get("/direct")
+    @route_options(seats=2)
+    async def direct() -> str:
+        return "direct"
+
+    admission = await _admit(http_scope(path, app=app))
+    assert admission.seats == seats
+
+
 async def test_route_marked_long_running_and_paths_mapping() -> None:
     limiter = Limiter(_config(), clock=FakeClock())
     seen: list[int] = []
