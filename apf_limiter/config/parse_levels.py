@@ -10,7 +10,8 @@ Version conversion and defaulting follow Kubernetes:
   (queues 64, handSize 8, queueLengthLimit 50); ``exempt`` fields nil -> 0.
 
 The short form adds conveniences: ``type`` may be omitted (``Exempt`` for the level named
-``exempt``, else ``Limited``); a limited level may omit ``limitResponse`` (then it queues with the
+``exempt``, else ``Limited``); a limited level may omit ``limited`` (all its defaults) or
+``limitResponse`` (then it queues with the
 default queuing) and a ``Queue`` response may omit ``queuing``.
 """
 
@@ -83,9 +84,11 @@ def parse_priority_level(raw: RawMapping, position: int, problems: Problems) -> 
         if header.version in _OLD_SHARES_VERSIONS
         else "nominalConcurrencyShares"
     )
-    limited = spec.mapping(
-        "limited", (shares_field, "lendablePercent", "borrowingLimitPercent", "limitResponse")
-    )
+    limited_keys = (shares_field, "lendablePercent", "borrowingLimitPercent", "limitResponse")
+    limited = spec.mapping("limited", limited_keys)
+    if limited is None and short and level_type == "Limited" and not spec.has("limited"):
+        # Short form: a limited level may leave out `limited` altogether (all defaults).
+        limited = Reader({}, spec.child_path("limited"), problems, limited_keys)
     if limited is not None:
         preserve_zero = PRESERVE_ZERO_SHARES_ANNOTATION in header.annotations
         draft.limited = _parse_limited(limited, header.version, shares_field, preserve_zero)

@@ -135,12 +135,14 @@ def test_short_form_defaults_to_a_queuing_limited_level() -> None:
     assert partial.limit_response.queuing == QueuingConfiguration(16, 8, 50)
 
 
-def test_short_form_still_needs_the_limited_part() -> None:
+def test_short_form_may_leave_out_the_limited_part() -> None:
+    level = load_config({"priorityLevels": [{"name": "web"}]}).priority_level("web")
+    assert level.limited == LimitedPriorityLevelConfiguration()
+    assert level.queuing == QueuingConfiguration(queues=64, hand_size=8, queue_length_limit=50)
+    # A short-form level given as exempt still may not carry a `limited` part.
     with pytest.raises(ConfigError) as caught:
-        load_config({"priorityLevels": [{"name": "web"}]})
-    assert [str(p) for p in caught.value.problems] == [
-        "priorityLevels[web].limited: Required value: must not be empty when type is Limited"
-    ]
+        load_config({"priorityLevels": [{"name": "web", "type": "Exempt"}]})
+    assert "type must be 'Exempt' if and only if name is 'exempt'" in str(caught.value)
 
 
 def test_short_form_schema_defaults() -> None:
