@@ -231,7 +231,7 @@ def test_show_default_schemas_in_matching_order(capsys: pytest.CaptureFixture[st
     ]
     probes = lines[1].split()
     assert probes[:4] == ["2", "probes", "exempt", "-"]
-    assert lines[1].endswith("groups *; GET,HEAD /healthz,/readyz,/livez,/health")
+    assert lines[1].endswith("groups *; GET,HEAD /healthz,/readyz,/livez,/health,/metrics")
 
 
 def test_show_file(good_file: str, capsys: pytest.CaptureFixture[str]) -> None:

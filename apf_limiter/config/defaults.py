@@ -155,7 +155,7 @@ def default_configuration() -> Configuration:
         non_resource_rules=(
             NonResourcePolicyRule(
                 verbs=("get", "head"),
-                non_resource_urls=("/healthz", "/readyz", "/livez", "/health"),
+                non_resource_urls=("/healthz", "/readyz", "/livez", "/health", "/metrics"),
             ),
         ),
     )

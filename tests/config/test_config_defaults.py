@@ -189,7 +189,7 @@ def test_the_web_default_numbers_are_the_documented_ones() -> None:
     ]
     probes = config.flow_schema("probes").rules[0].non_resource_rules[0]
     assert probes.verbs == ("get", "head")
-    assert probes.non_resource_urls == ("/healthz", "/readyz", "/livez", "/health")
+    assert probes.non_resource_urls == ("/healthz", "/readyz", "/livez", "/health", "/metrics")
     anonymous = config.flow_schema("anonymous")
     assert anonymous.distinguisher_method is not None
     assert anonymous.distinguisher_method.type == "ByClientIP"
