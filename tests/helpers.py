@@ -73,3 +73,57 @@ def single_level_config(
             }
         ],
     }
+
+
+def limited_level(
+    name: str,
+    shares: int,
+    *,
+    lendable: int = 0,
+    borrowing: int | None = None,
+    reject: bool = False,
+    queues: int = 10,
+    hand_size: int = 2,
+    queue_length_limit: int = 10,
+) -> dict[str, Any]:
+    """A short-form limited level."""
+    limited: dict[str, Any] = {
+        "nominalConcurrencyShares": shares,
+        "lendablePercent": lendable,
+        "limitResponse": {"type": "Reject"}
+        if reject
+        else {
+            "type": "Queue",
+            "queuing": {
+                "queues": queues,
+                "handSize": hand_size,
+                "queueLengthLimit": queue_length_limit,
+            },
+        },
+    }
+    if borrowing is not None:
+        limited["borrowingLimitPercent"] = borrowing
+    return {"name": name, "type": "Limited", "limited": limited}
+
+
+def subject_schema(
+    name: str, level: str, *, user: str = "", group: str = "", precedence: int = 100
+) -> dict[str, Any]:
+    """A short-form flow schema (ByUser) matching one user or one group, on every path."""
+    subject = (
+        {"kind": "User", "user": {"name": user}}
+        if user
+        else {"kind": "Group", "group": {"name": group}}
+    )
+    return {
+        "name": name,
+        "priorityLevelConfiguration": {"name": level},
+        "matchingPrecedence": precedence,
+        "distinguisherMethod": {"type": "ByUser"},
+        "rules": [
+            {
+                "subjects": [subject],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            }
+        ],
+    }

@@ -11,51 +11,8 @@ from apf_limiter import Limiter, RequestDigest
 from apf_limiter.config.defaults import kubernetes_bootstrap_configuration
 from apf_limiter.testing import FakeClock
 from tests.engine.scenario import ExactIntegrator
-
-
-def _level(
-    name: str,
-    shares: int,
-    *,
-    lendable: int = 0,
-    borrowing: int | None = None,
-    reject: bool = False,
-    queues: int = 10,
-    hand_size: int = 2,
-    queue_length_limit: int = 10,
-) -> dict[str, Any]:
-    limited: dict[str, Any] = {
-        "nominalConcurrencyShares": shares,
-        "lendablePercent": lendable,
-        "limitResponse": {"type": "Reject"}
-        if reject
-        else {
-            "type": "Queue",
-            "queuing": {
-                "queues": queues,
-                "handSize": hand_size,
-                "queueLengthLimit": queue_length_limit,
-            },
-        },
-    }
-    if borrowing is not None:
-        limited["borrowingLimitPercent"] = borrowing
-    return {"name": name, "type": "Limited", "limited": limited}
-
-
-def _schema(name: str, level: str, user: str, precedence: int = 100) -> dict[str, Any]:
-    return {
-        "name": name,
-        "priorityLevelConfiguration": {"name": level},
-        "matchingPrecedence": precedence,
-        "distinguisherMethod": {"type": "ByUser"},
-        "rules": [
-            {
-                "subjects": [{"kind": "User", "user": {"name": user}}],
-                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            }
-        ],
-    }
+from tests.helpers import limited_level as _level
+from tests.helpers import subject_schema
 
 
 class ClosedLoop:
@@ -104,8 +61,8 @@ async def test_kubernetes_test_borrowing(pl0: tuple[int, int], pl1: tuple[int, i
             _level("test-pl1", 100, lendable=pl1[0], borrowing=pl1[1]),
         ],
         "flowSchemas": [
-            _schema("test-fs0", "test-pl0", "test-user0"),
-            _schema("test-fs1", "test-pl1", "test-user1"),
+            subject_schema("test-fs0", "test-pl0", user="test-user0"),
+            subject_schema("test-fs1", "test-pl1", user="test-user1"),
         ],
     }
     clock = FakeClock()
@@ -188,8 +145,8 @@ def _regime_config(exempt_shares: int = 0) -> dict[str, Any]:
             _level("b", 10, lendable=50, queue_length_limit=50),
         ],
         "flowSchemas": [
-            _schema("fs-a", "a", "user-a"),
-            _schema("fs-b", "b", "user-b"),
+            subject_schema("fs-a", "a", user="user-a"),
+            subject_schema("fs-b", "b", user="user-b"),
             {
                 "name": "admins",
                 "priorityLevelConfiguration": {"name": "exempt"},

@@ -13,36 +13,22 @@ import pytest
 
 from apf_limiter import ConfigError, Limiter, Rejected, RequestDigest
 from apf_limiter.testing import FakeClock
-from tests.helpers import EVERYONE_EVERYTHING, single_level_config
+from tests.helpers import (
+    EVERYONE_EVERYTHING,
+    limited_level,
+    single_level_config,
+    subject_schema,
+)
 
 
-def _level(name: str, shares: int, queues: int, hand: int, qll: int = 20) -> dict[str, Any]:
-    return {
-        "name": name,
-        "limited": {
-            "nominalConcurrencyShares": shares,
-            "lendablePercent": 30,
-            "limitResponse": {
-                "type": "Queue",
-                "queuing": {"queues": queues, "handSize": hand, "queueLengthLimit": qll},
-            },
-        },
-    }
+def _level(name: str, shares: int, queues: int, hand: int) -> dict[str, Any]:
+    return limited_level(
+        name, shares, lendable=30, queues=queues, hand_size=hand, queue_length_limit=20
+    )
 
 
-def _schema(name: str, level: str, user_prefix: str, precedence: int) -> dict[str, Any]:
-    return {
-        "name": name,
-        "priorityLevelConfiguration": {"name": level},
-        "matchingPrecedence": precedence,
-        "distinguisherMethod": {"type": "ByUser"},
-        "rules": [
-            {
-                "subjects": [{"kind": "Group", "group": {"name": user_prefix}}],
-                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            }
-        ],
-    }
+def _schema(name: str, level: str, group: str, precedence: int) -> dict[str, Any]:
+    return subject_schema(name, level, group=group, precedence=precedence)
 
 
 def _config(levels: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 from apf_limiter import Limiter, Rejected, RequestDigest
+from tests.helpers import EVERYONE_EVERYTHING
 
 WALL_CLOCK_NS = 1_700_000_000_000_000_000
 """The wall clock the dump tests map the fake clock's ``now`` to (2023-11-14T22:13:20Z)."""
@@ -27,21 +28,7 @@ def scenario_config(
     queue_length_limit: int = 2,
     server_limit: int = 3,
 ) -> dict[str, Any]:
-    everyone = [
-        {
-            "subjects": [{"kind": "Group", "group": {"name": "*"}}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "resourceRules": [
-                {
-                    "verbs": ["*"],
-                    "apiGroups": ["*"],
-                    "resources": ["*"],
-                    "namespaces": ["*"],
-                    "clusterScope": True,
-                }
-            ],
-        }
-    ]
+    everyone = EVERYONE_EVERYTHING
     rejecters = [{**everyone[0], "subjects": [{"kind": "Group", "group": {"name": "rejecters"}}]}]
     queued_schema: dict[str, Any] = {
         "name": "queued-users",
