@@ -59,7 +59,7 @@ bench: bench-deps
 	$(BIN)/python -m benchmarks.fairness_bench
 	$(BIN)/python -m benchmarks.plots
 
-# A million requests through APFMiddleware with disconnects and handler errors (~20 min).
+# A million requests through APFMiddleware with disconnects and handler errors (~10 min).
 soak: bench-deps
 	$(BIN)/python -m benchmarks.long_run
 

@@ -6,7 +6,8 @@ command line apart from the factory name (and uvicorn's ``--limit-concurrency``)
 
 * ``hello_bare`` / ``hello_apf`` / ``hello_semaphore`` — a hello-world Starlette app, bare,
   behind :class:`~apf_limiter.asgi.APFMiddleware` with the built-in configuration, or behind a
-  semaphore of ``APF_BENCH_CAPACITY`` slots (default: the built-in server concurrency limit).
+  semaphore of ``APF_BENCH_CAPACITY`` slots (default: the built-in server concurrency limit);
+  ``hello_apf_no_headers`` is APF without its two response headers.
 * ``work_apf`` / ``work_semaphore`` — ``GET /work?ms=N`` sleeps N ms; one level of
   ``APF_BENCH_CAPACITY`` seats fair per user (the bearer token) or a FIFO semaphore of the same
   size. The response header ``x-queue-wait`` says how long the request waited for its seat.
@@ -45,6 +46,7 @@ __all__ = [
     "build_info",
     "hello_bare",
     "hello_apf",
+    "hello_apf_no_headers",
     "hello_semaphore",
     "work_apf",
     "work_semaphore",
@@ -136,6 +138,16 @@ class _BenchRoutes:
             rejected=sum(sum(level.rejected.values()) for level in levels),
             timed_out=sum(level.timed_out for level in levels),
             cancelled=sum(level.cancelled for level in levels),
+            levels={
+                level.name: {
+                    "current_limit": level.current_limit,
+                    "executing_requests": level.executing_requests,
+                    "waiting_requests": level.waiting_requests,
+                    "dispatched": level.dispatched,
+                }
+                for level in levels
+                if level.type != "Exempt"
+            },
         )
         return stats
 
@@ -143,12 +155,19 @@ class _BenchRoutes:
 # --- hello world (throughput) ---------------------------------------------------------------
 
 
-async def _hello(request: Request) -> PlainTextResponse:
-    return PlainTextResponse("Hello, world!")
-
-
 def _hello_app() -> Starlette:
-    return Starlette(routes=[Route("/", _hello)])
+    """Hello world; ``APF_BENCH_HANDLER_US`` > 0 makes it burn that much CPU first (a handler
+    that does some work, instead of the limiter's worst case)."""
+    work = float(os.environ.get("APF_BENCH_HANDLER_US") or 0) / 1e6
+
+    async def hello(request: Request) -> PlainTextResponse:
+        if work:
+            until = time.perf_counter() + work
+            while time.perf_counter() < until:
+                pass
+        return PlainTextResponse("Hello, world!")
+
+    return Starlette(routes=[Route("/", hello)])
 
 
 def hello_bare() -> ASGIApp:
@@ -159,6 +178,12 @@ def hello_bare() -> ASGIApp:
 def hello_apf() -> ASGIApp:
     """The hello-world app behind APFMiddleware with the built-in configuration."""
     middleware = APFMiddleware(_hello_app())
+    return _BenchRoutes(middleware, middleware.limiter)
+
+
+def hello_apf_no_headers() -> ASGIApp:
+    """The hello-world app behind APFMiddleware, built-in configuration, no APF headers."""
+    middleware = APFMiddleware(_hello_app(), response_headers=False)
     return _BenchRoutes(middleware, middleware.limiter)
 
 

@@ -66,10 +66,10 @@ def http_throughput(result: dict[str, Any], out: Path) -> None:
         ratio = result["variants"][name]["ratio_stats"]["median"]
         ax.annotate(
             f"{ratio:.1%}",
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            xytext=(0, 8),
-            textcoords="offset points",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height() / 2),
             ha="center",
+            color="white",
+            fontweight="bold",
         )
     build = result.get("server_build", {}).get("build", "?")
     ax.set_ylabel("requests / s (median, min–max)")
@@ -94,7 +94,8 @@ def mice_latency(result: dict[str, Any], out: Path) -> None:
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.4 * len(panels)), squeeze=False)
     labels = {"semaphore": "FIFO semaphore", "fifo": "FIFO semaphore", "apf": "APF"}
     for ax, (kind, series) in zip(axes[:, 0], panels, strict=True):
-        for variant, points in series.items():
+        # The baseline first, so that both panels list and stack the variants alike.
+        for variant, points in sorted(series.items(), key=lambda item: item[0] == "apf"):
             if not points:
                 continue
             xs = [p[0] for p in points]

@@ -1,10 +1,14 @@
 """Run a benchmark app under uvicorn in a child process, on a free 127.0.0.1 port.
 
-The parent binds the port and hands the listening socket to ``python -m uvicorn --fd N``, so
-there is no race for the port. The child inherits the environment (``PYTHONPATH`` included:
-it imports the same apf_limiter build as the parent) and runs from the repository root.
-Every variant of a comparison gets the same loop and HTTP implementation
-(:func:`uvicorn_impl`), one worker and no access log.
+``python -m uvicorn --host 127.0.0.1 --port N`` with a port the OS just reported free (tried
+again with another port if it was taken in between). Not ``--fd``: uvicorn wraps an inherited
+descriptor as an ``AF_UNIX`` socket, so asyncio never sets ``TCP_NODELAY`` on the accepted TCP
+connections, and every response then stalls on Nagle's algorithm and the client's delayed ACK
+(~40 ms on Linux): the server idles and the benchmark measures the stall.
+
+The child inherits the environment (``PYTHONPATH`` included: it imports the same apf_limiter
+build as the parent) and runs from the repository root. Every variant of a comparison gets the
+same loop and HTTP implementation (:func:`uvicorn_impl`), one worker and no access log.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = ["Server", "fetch_json", "running_server", "uvicorn_impl", "REPO_ROOT"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _START_TIMEOUT = 20.0
+_PORT_ATTEMPTS = 5
 
 
 def uvicorn_impl() -> tuple[str, str]:
@@ -102,60 +107,75 @@ def running_server(
         RuntimeError: If the server exits early or does not answer within 20 seconds.
     """
     default_loop, default_http = uvicorn_impl()
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(2048)
-    port = listener.getsockname()[1]
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        f"benchmarks.bench_app:{factory}",
-        "--fd",
-        str(listener.fileno()),
-        "--workers",
-        "1",
-        "--loop",
-        loop or default_loop,
-        "--http",
-        http or default_http,
-        "--no-access-log",
-        "--log-level",
-        log_level,
-        "--timeout-graceful-shutdown",
-        "2",
-        *uvicorn_args,
-    ]
     child_env = {**os.environ, **(env or {})}
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=child_env,
-            pass_fds=(listener.fileno(),),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        listener.close()  # the child has its own copy
-        try:
-            info = _wait_ready(port, process, log)
-            yield Server(name, "127.0.0.1", port, process.pid, info)
-        finally:
-            process.terminate()
+    for attempt in range(_PORT_ATTEMPTS):
+        port = _free_port()
+        command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            f"benchmarks.bench_app:{factory}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--loop",
+            loop or default_loop,
+            "--http",
+            http or default_http,
+            "--no-access-log",
+            "--log-level",
+            log_level,
+            "--backlog",
+            "2048",
+            "--timeout-graceful-shutdown",
+            "2",
+            *uvicorn_args,
+        ]
+        with tempfile.TemporaryFile() as log:
+            process = subprocess.Popen(
+                command, cwd=REPO_ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT
+            )
             try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                try:
+                    info = _wait_ready(port, process, log)
+                except _PortTaken:
+                    if attempt + 1 < _PORT_ATTEMPTS:
+                        continue
+                    raise RuntimeError("no free port found for the benchmark server") from None
+                yield Server(name, "127.0.0.1", port, process.pid, info)
+                return
+            finally:
+                process.terminate()
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _wait_ready(port: int, process: subprocess.Popen[bytes], log: IO[bytes]) -> dict[str, Any]:
     deadline = time.monotonic() + _START_TIMEOUT
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"the benchmark server exited early:\n{_read(log)}")
+            output = _read(log)
+            if "address already in use" in output.lower():
+                raise _PortTaken
+            raise RuntimeError(f"the benchmark server exited early:\n{output}")
         try:
             return fetch_json("127.0.0.1", port, "/_bench/info", timeout=2.0)
         except (OSError, http.client.HTTPException):
