@@ -521,10 +521,8 @@ class Limiter:
             return
         now = self._clock.now()
         self._catch_up(now)
-        _wake(self._controller.cancel(request, now, timed_out=True))
+        self._settle(self._controller.cancel(request, now, timed_out=True))
         request.handle.set()
-        if self._controller.quiesce_report is not None:
-            self._report_quiesced()
 
     def _abandon(self, request: Request) -> None:
         """The waiting task was cancelled: take the request out, or hand its seats back."""
@@ -532,10 +530,8 @@ class Limiter:
         state = request.state
         if state is _WAITING:
             self._catch_up(now)
-            _wake(self._controller.cancel(request, now, timed_out=False))
+            self._settle(self._controller.cancel(request, now, timed_out=False))
             self._controller.record_rejection(request, now)
-            if self._controller.quiesce_report is not None:
-                self._report_quiesced()
             if self._observer is not None:
                 self._observer.request_cancelled(
                     request.priority_level, request.flow_schema, now - request.arrival_time
@@ -560,27 +556,25 @@ class Limiter:
             self._observer.request_finished(
                 request.priority_level, request.flow_schema, now - request.start_time
             )
-        controller = self._controller
-        dispatched = controller.finish(request, now)
+        dispatched = self._controller.finish(request, now)
         if request.state is _LINGERING:
             self._clock.call_later(request.additional_latency, self._release, request)
-        if dispatched:
-            _wake(dispatched)
-        if controller.quiesce_report is not None:
-            self._report_quiesced()
+        self._settle(dispatched)
 
     def _release(self, request: Request) -> None:
         now = self._clock.now()
         self._catch_up(now)
-        _wake(self._controller.release(request, now))
-        if self._controller.quiesce_report is not None:
-            self._report_quiesced()
+        self._settle(self._controller.release(request, now))
 
-    def _report_quiesced(self) -> None:
-        report = self._controller.quiesce_report
-        self._controller.quiesce_report = None
+    def _settle(self, dispatched: Sequence[Request]) -> None:
+        """After seats were freed: wake what was dispatched, report a level that drained away."""
+        if dispatched:
+            _wake(dispatched)
+        controller = self._controller
+        report = controller.quiesce_report
         if report is None:
             return
+        controller.quiesce_report = None
         limits, removed = report
         for name in removed:
             logger.info(

@@ -267,7 +267,8 @@ class Controller:
             rejected) and every request dispatched by its arrival.
         """
         classification = self.classifier.classify(digest)
-        level, counters = self._routes[classification.flow_schema.name]
+        schema_name = classification.flow_schema.name
+        level, counters = self._routes[schema_name]
         max_seats = level.max_seats
         seats = digest.seats or 1
         if seats > max_seats:
@@ -282,7 +283,7 @@ class Controller:
             final_seats = 0
             latency = 0.0
         request = Request(
-            classification.flow_schema.name,
+            schema_name,
             level.name,
             classification.distinguisher,
             classification.flow_hash if level.uses_hash else 0,
