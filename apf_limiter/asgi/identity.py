@@ -143,36 +143,42 @@ def build_digest(
         if estimate is None
         else (estimate.seats, estimate.final_seats, estimate.additional_latency)
     )
+    # Positional arguments, in field order: keywords cost ~0.3 µs per request here.
     if resource is None:
         return RequestDigest(
-            user=user,
-            groups=groups,
-            verb=method,
-            path=route_path(scope),
-            client=address,
-            headers=headers,
-            seats=seats,
-            final_seats=final_seats,
-            additional_latency=latency,
+            user,
+            groups,
+            method,
+            route_path(scope),
+            "",
+            "",
+            "",
+            "",
+            "",
+            address,
+            headers,
+            seats,
+            final_seats,
+            latency,
         )
     verb = resource.verb
     if verb is None:
         verb = _resource_verb(scope["type"], method, bool(resource.name))
     return RequestDigest(
-        user=user,
-        groups=groups,
-        verb=verb,
-        path=route_path(scope),
-        api_group=resource.api_group,
-        resource=resource.resource,
-        subresource=resource.subresource,
-        namespace=resource.namespace,
-        name=resource.name,
-        client=address,
-        headers=headers,
-        seats=seats,
-        final_seats=final_seats,
-        additional_latency=latency,
+        user,
+        groups,
+        verb,
+        route_path(scope),
+        resource.api_group,
+        resource.resource,
+        resource.subresource,
+        resource.namespace,
+        resource.name,
+        address,
+        headers,
+        seats,
+        final_seats,
+        latency,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any, Final
 
 from apf_limiter.asgi.identity import build_digest, default_identify, route_path
@@ -130,6 +130,7 @@ class APFMiddleware:
         self._resolve = resolve
         self._estimate = estimate
         self._long_running = long_running
+        self._more_hooks = resolve is not None or estimate is not None or long_running is not None
         self._routes = RouteLookup(paths)
         self._on_reject = on_reject
         self._wait_limit = wait_limit
@@ -137,6 +138,7 @@ class APFMiddleware:
             flow_schema_header if response_headers else None,
             priority_level_header if response_headers else None,
         )
+        self._headers_enabled = self._headers.enabled
         self._max_body_buffer = max_body_buffer
         self._debug_app: ASGIApp | None = None
         if debug_endpoints:
@@ -150,19 +152,22 @@ class APFMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection: admit ``http``/``websocket`` scopes, pass others on."""
         kind = scope["type"]
-        if kind == "http" or kind == "websocket":
-            if self._debug_app is not None and _is_debug_path(route_path(scope)):
-                await self._debug_app(scope, receive, send)
-                return
-            await self._admit(scope, receive, send)
-        elif kind == "lifespan" and self._owns_limiter:
-            await self.app(scope, receive, self._lifespan_send(send))
-        else:
-            await self.app(scope, receive, send)
-
-    async def _admit(self, scope: Scope, receive: Receive, send: Send) -> None:
-        digest, long_running = await self._classify(scope)
-        admission = self._limiter.admit(digest, wait_limit=self._wait_limit)
+        if kind != "http" and kind != "websocket":
+            if kind == "lifespan" and self._owns_limiter:
+                await self.app(scope, receive, self._lifespan_send(send))
+            else:
+                await self.app(scope, receive, send)
+            return
+        if self._debug_app is not None and _is_debug_path(route_path(scope)):
+            await self._debug_app(scope, receive, send)
+            return
+        # Admission inline, in this one coroutine: every extra frame on this path costs about
+        # as much as a dict lookup in h11 (benchmarks/http_instructions.py counts them).
+        classified = self._classify(scope)
+        if not isinstance(classified, tuple):
+            classified = await classified  # a hook returned an awaitable
+        digest, long_running = classified
+        admission = Admission(self._limiter, digest, self._wait_limit)
         try:
             admitted = admission.start()  # never waits: the fast path ends here
         except Rejected as rejected:
@@ -186,15 +191,30 @@ class APFMiddleware:
         finally:
             admission.release()
 
-    async def _classify(self, scope: Scope) -> tuple[RequestDigest, bool]:
+    def _classify(
+        self, scope: Scope
+    ) -> tuple[RequestDigest, bool] | Coroutine[Any, Any, tuple[RequestDigest, bool]]:
+        """The digest and long-running flag, or a coroutine for them once a hook must be awaited.
+
+        Synchronous while every hook answers synchronously (the default identity and no other
+        hooks, the common case): a coroutine per request would cost more than the rest of it.
+        """
         # Typed as object: the checks below give the useful error for a wrong return type.
         identity: Any = self._identify(scope)
         # Test the common (synchronous) outcomes first: isawaitable() is comparatively slow.
         if identity is not None and type(identity) is not Identity:
             if inspect.isawaitable(identity):
-                identity = await identity
-            if identity is not None and not isinstance(identity, Identity):
-                raise TypeError(f"identify() must return an Identity or None, got {identity!r}")
+                return self._classify_awaiting(scope, identity)
+            _check_identity(identity)
+        if self._more_hooks:
+            return self._classify_awaiting(scope, identity)
+        return self._classified(scope, identity, None, None, None)
+
+    async def _classify_awaiting(self, scope: Scope, identity: Any) -> tuple[RequestDigest, bool]:
+        """:meth:`_classify` past the default: hooks that may return awaitables."""
+        if inspect.isawaitable(identity):
+            identity = await identity
+            _check_identity(identity)
         resource: ResourceAttributes | None = None
         if self._resolve is not None:
             resolved: Any = self._resolve(scope)
@@ -221,6 +241,17 @@ class APFMiddleware:
         if self._long_running is not None:
             marked: Any = self._long_running(scope)
             long_running = await marked if inspect.isawaitable(marked) else marked
+        return self._classified(scope, identity, resource, estimate, long_running)
+
+    def _classified(
+        self,
+        scope: Scope,
+        identity: Identity | None,
+        resource: ResourceAttributes | None,
+        estimate: WorkEstimate | None,
+        long_running: bool | None,
+    ) -> tuple[RequestDigest, bool]:
+        """Fill in what the hooks left open from the route settings, then build the digest."""
         if estimate is None or long_running is None:
             options = self._routes.lookup(scope)
             if options is not None:
@@ -237,24 +268,28 @@ class APFMiddleware:
         await send_rejection(scope, receive, send, rejected, headers, self._on_reject)
 
     def _sender(self, send: Send, admission: Admission, long_running: bool) -> Send:
-        extra = (
-            self._headers.headers(admission.flow_schema, admission.priority_level)
-            if self._headers.enabled
-            else None
-        )
+        extra = None
+        if self._headers_enabled:
+            # Started, so its engine request is there: read it without two property calls.
+            request = admission._request
+            assert request is not None
+            extra = self._headers.headers(request.flow_schema, request.priority_level)
 
-        async def send_and_release(message: Message) -> None:
+        # A plain function handing back the server's awaitable, not a coroutine: no extra
+        # frame per message. So the seats go back as the application hands the server its
+        # last body message (or, long-running, its response start), just before the server
+        # writes it; an error in that write changes nothing, release is idempotent.
+        def send_and_release(message: Message) -> Awaitable[None]:
             kind = message["type"]
             if kind in _STARTS:
-                await send(with_headers(message, extra) if extra else message)
                 if long_running:
                     admission.release()
-                return
-            await send(message)
+                return send(with_headers(message, extra) if extra else message)
             if (
                 kind in _BODIES and not message.get("more_body", False)
             ) or kind == "http.response.pathsend":
                 admission.release()
+            return send(message)
 
         return send_and_release
 
@@ -270,6 +305,11 @@ class APFMiddleware:
 
     def __repr__(self) -> str:
         return f"<APFMiddleware {self._limiter!r} app={self.app!r}>"
+
+
+def _check_identity(identity: object) -> None:
+    if identity is not None and not isinstance(identity, Identity):
+        raise TypeError(f"identify() must return an Identity or None, got {identity!r}")
 
 
 def _is_debug_path(path: str) -> bool:

@@ -555,9 +555,14 @@ class QueueSet:
                 self.active_queues -= 1
             # Charged G per seat at dispatch; correct for the actual service time S.
             service_ns = round((now - request.start_time) * 1e9)
-            correction = _seats_times_duration_int(
-                request.initial_seats, ESTIMATED_SERVICE_NS - service_ns
-            )
+            product = request.initial_seats * (ESTIMATED_SERVICE_NS - service_ns)
+            if -_EXACT < product < _EXACT:
+                # Integer rounding (see _EXACT), inline: this runs for every request.
+                correction = (product + 5) // 10 if product >= 0 else -((5 - product) // 10)
+            else:
+                correction = seats_times_duration(
+                    request.initial_seats, ESTIMATED_SERVICE_NS - service_ns
+                )
             queue.next_dispatch_r = (queue.next_dispatch_r - correction) & MASK
             if waiting:
                 self._bound_next_dispatch(queue)
@@ -675,8 +680,13 @@ class QueueSet:
         if seats > limit:
             seats = limit
         if active == 1:
-            # The common case: an integral rate allows exact integer arithmetic.
-            increment = _seats_times_duration_int(seats, round(elapsed * 1e9))
+            # The common case: an integral rate allows exact integer arithmetic (and
+            # integer rounding inline, see _EXACT: this runs on every arrival and completion).
+            product = seats * round(elapsed * 1e9)
+            if product < _EXACT:
+                increment = (product + 5) // 10
+            else:
+                increment = seats_times_duration(seats, round(elapsed * 1e9))
         else:
             increment = seats_times_duration(seats / active, round(elapsed * 1e9))
         current_r = self.current_r
@@ -716,21 +726,8 @@ class QueueSet:
         )
 
 
+# Below 2**53 the float computation of seats_times_duration is exact up to its final rounding,
+# and a quotient by 10 is either exact (x.5 is representable) or at least 0.1 away from a
+# rounding boundary, so integer rounding half away from zero -- (p + 5) // 10 for p >= 0 --
+# gives the same result, faster. The hot paths above use it inline.
 _EXACT: Final = 1 << 53
-
-
-def _seats_times_duration_int(seats: int, duration_ns: int) -> int:
-    """:func:`seats_times_duration` for integer seats, in integer arithmetic when exact.
-
-    Below 2**53 the float computation is exact up to its final rounding, and the quotient by 10
-    is either exact (``x.5`` is representable) or at least 0.1 away from a rounding boundary,
-    so integer rounding half away from zero gives the same result, faster.
-    """
-    product = seats * duration_ns
-    if -_EXACT < product < _EXACT:
-        if product >= 0:
-            quotient, remainder = divmod(product, 10)
-            return quotient + (remainder >= 5)
-        quotient, remainder = divmod(-product, 10)
-        return (-(quotient + (remainder >= 5))) & MASK
-    return seats_times_duration(seats, duration_ns)
