@@ -95,10 +95,12 @@ def run(
     threads: int = 1,
     handler_us: float = 0.0,
     variants: list[str] | None = None,
+    http: str | None = None,
 ) -> dict[str, Any]:
     """Run the comparison; returns everything measured (what the JSON file holds)."""
     chosen = {name: VARIANTS[name] for name in (variants or list(DEFAULT_VARIANTS))}
     loop, protocol = uvicorn_impl()
+    protocol = http or protocol
     result: dict[str, Any] = {
         "machine": machine(),
         "client_build": build_info(),
@@ -125,7 +127,7 @@ def run(
         for name, factory in chosen.items():
             extra = ["--limit-concurrency", str(capacity)] if name == "limit-concurrency" else []
             servers[name] = stack.enter_context(
-                running_server(name, factory, uvicorn_args=extra, env=env)
+                running_server(name, factory, uvicorn_args=extra, env=env, http=protocol)
             )
         result["server_build"] = servers["apf"].info
         print(_describe(result))
@@ -257,6 +259,12 @@ def main() -> None:
         default=",".join(DEFAULT_VARIANTS),
         help=f"comma-separated, 'bare' first (of: {', '.join(VARIANTS)})",
     )
+    parser.add_argument(
+        "--http",
+        choices=("auto", "h11", "httptools"),
+        default="auto",
+        help="uvicorn's HTTP implementation (auto: httptools when installed, else h11)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result file")
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 round x 2 s")
     args = parser.parse_args()
@@ -277,6 +285,7 @@ def main() -> None:
         threads=args.threads,
         handler_us=args.handler_us,
         variants=[name.strip() for name in args.variants.split(",")],
+        http=None if args.http == "auto" else args.http,
     )
     print(report(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)

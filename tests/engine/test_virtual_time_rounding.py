@@ -39,9 +39,7 @@ def _started(seats: int, start_ns: int) -> tuple[QueueSet, Request]:
 @example(seats=1, service_ns=ESTIMATED_SERVICE_NS + 15)  # correction -1.5 -> -2
 @example(seats=3, service_ns=ESTIMATED_SERVICE_NS + 5)  # correction -1.5 -> -2
 @example(seats=1, service_ns=ESTIMATED_SERVICE_NS + 14)  # correction -1.4 -> -1
-def test_finish_corrects_the_queue_for_the_actual_service_time(
-    seats: int, service_ns: int
-) -> None:
+def test_finish_corrects_the_queue_for_the_actual_service_time(seats: int, service_ns: int) -> None:
     # Whole microseconds of start time keep ns -> seconds -> ns round trips exact.
     qs, request = _started(seats, 1000)
     queue = request.queue
