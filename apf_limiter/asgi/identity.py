@@ -18,7 +18,7 @@ from apf_limiter.digest import (
     AUTHENTICATED_GROUP,
     UNAUTHENTICATED_GROUP,
     RequestDigest,
-    _MutableDigest,
+    _fill,
 )
 
 __all__ = ["default_identify", "route_path", "build_digest", "ScopeHeaders"]
@@ -141,42 +141,59 @@ def build_digest(
             groups = tuple(groups)  # Identity checked the items; the digest keeps a tuple
         if AUTHENTICATED_GROUP not in groups:
             groups = (*groups, AUTHENTICATED_GROUP)
-    client = scope.get("client")
+    peer = scope.get("client")
     raw_method: str = scope.get("method", "GET") if scope["type"] == "http" else "GET"
     method = _METHODS.get(raw_method) or raw_method.lower()
-    # Filled in like RequestDigest.__new__ fills its twin, without the call: this runs for
-    # every request, and the call with its 14 arguments cost more than all the rest
-    # (benchmarks/http_instructions.py).
-    digest = _MutableDigest()
-    digest.user = user
-    digest.groups = groups
-    digest.path = route_path(scope)
-    digest.client = client[0] if client else ""
-    digest.headers = ScopeHeaders(scope.get("headers") or ())
+    client = peer[0] if peer else ""
+    headers = ScopeHeaders(scope.get("headers") or ())
     if estimate is None:
-        digest.seats = None
-        digest.final_seats = 0
-        digest.additional_latency = 0.0
+        seats, final_seats, latency = None, 0, 0.0
     else:
-        digest.seats = estimate.seats
-        digest.final_seats = estimate.final_seats
-        digest.additional_latency = estimate.additional_latency
+        seats, final_seats, latency = (
+            estimate.seats,
+            estimate.final_seats,
+            estimate.additional_latency,
+        )
+    # _fill, not RequestDigest(...): this runs for every request, and the constructor's
+    # keyword arguments and checks (groups is a tuple already) cost more than the rest.
     if resource is None:
-        digest.verb = method
-        digest.api_group = digest.resource = digest.subresource = ""
-        digest.namespace = digest.name = ""
-    else:
-        verb = resource.verb
-        if verb is None:
-            verb = _resource_verb(scope["type"], method, bool(resource.name))
-        digest.verb = verb
-        digest.api_group = resource.api_group
-        digest.resource = resource.resource
-        digest.subresource = resource.subresource
-        digest.namespace = resource.namespace
-        digest.name = resource.name
-    digest.__class__ = RequestDigest  # type: ignore[assignment]
-    return digest  # type: ignore[return-value]
+        return _fill(
+            RequestDigest,
+            user,
+            groups,
+            method,
+            route_path(scope),
+            "",
+            "",
+            "",
+            "",
+            "",
+            client,
+            headers,
+            seats,
+            final_seats,
+            latency,
+        )
+    verb = resource.verb
+    if verb is None:
+        verb = _resource_verb(scope["type"], method, bool(resource.name))
+    return _fill(
+        RequestDigest,
+        user,
+        groups,
+        verb,
+        route_path(scope),
+        resource.api_group,
+        resource.resource,
+        resource.subresource,
+        resource.namespace,
+        resource.name,
+        client,
+        headers,
+        seats,
+        final_seats,
+        latency,
+    )
 
 
 def _resource_verb(kind: str, method: str, named: bool) -> str:
