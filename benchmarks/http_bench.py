@@ -44,7 +44,7 @@ VARIANTS: dict[str, str] = {
     "limit-concurrency": "hello_bare",
     "apf-no-headers": "hello_apf_no_headers",
 }
-DEFAULT_VARIANTS = ("bare", "apf", "semaphore", "limit-concurrency")
+DEFAULT_VARIANTS = ("bare", "apf", "apf-no-headers", "semaphore", "limit-concurrency")
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "http.json"
 TARGET_RATIO = 0.95
 

@@ -9,7 +9,8 @@ Extends section 2 and 3 of :mod:`benchmarks.engine_bench` (it reuses its
 * the cost of one arrival that must queue plus one completion that dispatches the next
   request, with 2,000 requests queued, for 64…4,096 queues and 10…10,000 flows;
 * the same cost with 1,000…100,000 requests queued (10,000 flows);
-* bytes per queued request at 10,000 and 100,000 queued requests.
+* bytes per queued request at 10,000 and 100,000 queued requests, and the marginal bytes
+  of one more queued request between the two.
 
 Every cost is also given as a ratio to the first point of its row (64 queues, or the smallest
 backlog) measured in the same run: the median of three interleaved repetitions. The results go
@@ -89,6 +90,21 @@ def sweep(
         engine, shell = memory_per_queued_request(count)
         memory[str(count)] = {"engine_bytes": engine, "shell_bytes": shell}
         print(f"  {count:,} queued: engine {engine:.0f} B, through Limiter.admit {shell:.0f} B")
+    if len(memory_counts) >= 2:
+        # What one more queued request costs: the slope between the smallest and the largest
+        # backlog. Per-flow and per-queue state (hands, active queues) is paid once, not per
+        # request, and weighs on the averages of small backlogs.
+        low, high = min(memory_counts), max(memory_counts)
+        marginal = {
+            kind: (memory[str(high)][kind] * high - memory[str(low)][kind] * low) / (high - low)
+            for kind in ("engine_bytes", "shell_bytes")
+        }
+        memory["marginal"] = {"between": [low, high], **marginal}
+        print(
+            f"  one more queued request ({low:,} -> {high:,}): "
+            f"engine {marginal['engine_bytes']:.0f} B, "
+            f"through Limiter.admit {marginal['shell_bytes']:.0f} B"
+        )
     return {"by_flows": grid, "by_backlog": backlog, "memory": memory, "n": n}
 
 
