@@ -56,6 +56,7 @@ bench: bench-deps
 	$(BIN)/python -m benchmarks.metrics_overhead
 	$(BIN)/python -m benchmarks.saturation_bench
 	$(BIN)/python -m benchmarks.http_bench
+	$(BIN)/python -m benchmarks.http_instructions
 	$(BIN)/python -m benchmarks.fairness_bench
 	$(BIN)/python -m benchmarks.plots
 

@@ -231,8 +231,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
     parser.add_argument("--connections", type=int, default=64, help="keep-alive connections")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per server")
     parser.add_argument(

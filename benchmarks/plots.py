@@ -5,7 +5,7 @@ Run: ``.venv/bin/python -m benchmarks.plots`` after :mod:`benchmarks.http_bench`
 ``saturation.json`` is measured on the spot with a small grid). Writes, with matplotlib's Agg
 backend:
 
-* ``docs/perf-http-throughput.png`` — req/s of the four variants (median, min–max bars);
+* ``docs/perf-http-throughput.png`` — req/s of the variants (median, min–max bars);
 * ``docs/perf-mice-latency.png`` — the mice's latency over time behind the semaphore and behind
   APF, over real HTTP and (wait only) in fake time;
 * ``docs/perf-engine-cost.png`` — engine cost per request against queues and flows, and
