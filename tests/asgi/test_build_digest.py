@@ -51,7 +51,7 @@ def test_anonymous_non_resource_request() -> None:
 def test_identified_resource_request_with_an_estimate() -> None:
     digest = build_digest(
         _scope(method="Purge", client=None),
-        Identity("alice", ["admins"]),  # type: ignore[arg-type]  # a list is accepted too
+        Identity("alice", ("admins",)),
         ResourceAttributes("reports", namespace="acme", subresource="status", name="q3"),
         WorkEstimate(3, final_seats=2, additional_latency=0.5),
     )
@@ -72,6 +72,18 @@ def test_identified_resource_request_with_an_estimate() -> None:
         )
     )
     assert type(digest.groups) is tuple
+
+
+def test_groups_given_as_a_list_end_up_a_tuple() -> None:
+    groups = ["admins", "system:authenticated"]
+    try:
+        identity = Identity("alice", groups)  # type: ignore[arg-type]
+    except TypeError:
+        return  # the compiled build enforces the annotation: no list gets this far
+    digest = build_digest(_scope(), identity, None, None)
+    assert digest.groups == ("admins", "system:authenticated")
+    assert type(digest.groups) is tuple
+    hash(digest)  # a digest with a list inside would not hash
 
 
 def test_websocket_verbs() -> None:
