@@ -1,12 +1,14 @@
-"""HTTP throughput: a hello-world Starlette app, bare and behind three limiters, side by side.
+"""HTTP throughput: a hello-world Starlette app, bare and behind the limiters, side by side.
 
 Run: ``.venv/bin/python -m benchmarks.http_bench`` (``--quick`` for a smoke test, ~20 s).
 
-The four variants run as uvicorn servers at the same time (one worker each, the same event
-loop and HTTP implementation, no access log; only the one under load is busy):
+The variants run as uvicorn servers at the same time (one worker each, the same event loop
+and HTTP implementation, h11 unless ``--http`` says otherwise, no access log; only the one
+under load is busy):
 
 * ``bare`` — the app alone;
 * ``apf`` — behind :class:`~apf_limiter.asgi.APFMiddleware` with the built-in configuration;
+* ``apf-no-headers`` — the same without the two ``X-APF-*`` response headers;
 * ``semaphore`` — behind a semaphore middleware of the same total capacity (the built-in
   server concurrency limit, 600);
 * ``limit-concurrency`` — the bare app under uvicorn's ``--limit-concurrency 600``.

@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["instruction_ratio_to_bare"] = _ratios(counts, higher_is_better=False)
         report["protocols"][protocol] = result
         print(f"\nuvicorn --http {protocol}   (ratio = bare cost / variant cost: throughput)")
-        print(f"{'variant':16} {'µs/req':>8} {'ratio':>6} {'instr/req':>10} {'ratio':>6}")
+        header = f"{'variant':16} {'µs/req':>8} {'ratio':>6}"
+        print(header + (f" {'instr/req':>10} {'ratio':>6}" if use_callgrind else ""))
         for v in variants:
             line = f"{v:16} {medians[v]:8.1f} {result['time_ratio_to_bare'][v]:6.3f}"
             if use_callgrind:
