@@ -255,3 +255,41 @@ async def test_queued_request_that_hits_its_wait_limit_gets_429() -> None:
     assert driver.start()["status"] == 429
     assert limiter.statistics().priority_levels["test"].rejected["time-out"] == 1
     await held.__aexit__(None, None, None)
+
+
+async def test_seats_go_back_when_the_app_hands_over_its_last_body_message() -> None:
+    limiter = _limiter(limit=1)
+    middleware = APFMiddleware(ok_app, limiter=limiter)
+    written = asyncio.Event()
+    executing_during_writes: list[tuple[str, int]] = []
+
+    async def slow_send(message: Message) -> None:
+        # A server still writing to a slow client: the seat is no longer needed for that.
+        executing_during_writes.append((message["type"], limiter.statistics().executing_requests))
+        if message["type"] == "http.response.body":
+            await written.wait()
+
+    task = asyncio.create_task(middleware(http_scope(), Driver().receive, slow_send))
+    await settle(lambda: len(executing_during_writes) == 2)
+    assert executing_during_writes == [("http.response.start", 1), ("http.response.body", 0)]
+    assert not task.done()
+    written.set()
+    await task
+    assert limiter.statistics().executing_requests == 0
+
+
+async def test_a_streaming_body_keeps_its_seats_until_the_last_chunk() -> None:
+    limiter = _limiter(limit=1)
+
+    async def streaming(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        await send({"type": "http.response.body", "body": b"b", "more_body": False})
+
+    seen: list[int] = []
+
+    async def record(message: Message) -> None:
+        seen.append(limiter.statistics().executing_requests)
+
+    await APFMiddleware(streaming, limiter=limiter)(http_scope(), Driver().receive, record)
+    assert seen == [1, 1, 0]
