@@ -154,40 +154,31 @@ def build_digest(
             estimate.final_seats,
             estimate.additional_latency,
         )
+    if resource is None:
+        verb = method
+        api_group = kind = subresource = namespace = name = ""
+    else:
+        named_verb = resource.verb
+        verb = (
+            named_verb
+            if named_verb is not None
+            else _resource_verb(scope["type"], method, bool(resource.name))
+        )
+        api_group, kind = resource.api_group, resource.resource
+        subresource, namespace, name = resource.subresource, resource.namespace, resource.name
     # _fill, not RequestDigest(...): this runs for every request, and the constructor's
     # keyword arguments and checks (groups is a tuple already) cost more than the rest.
-    if resource is None:
-        return _fill(
-            RequestDigest,
-            user,
-            groups,
-            method,
-            route_path(scope),
-            "",
-            "",
-            "",
-            "",
-            "",
-            client,
-            headers,
-            seats,
-            final_seats,
-            latency,
-        )
-    verb = resource.verb
-    if verb is None:
-        verb = _resource_verb(scope["type"], method, bool(resource.name))
     return _fill(
         RequestDigest,
         user,
         groups,
         verb,
         route_path(scope),
-        resource.api_group,
-        resource.resource,
-        resource.subresource,
-        resource.namespace,
-        resource.name,
+        api_group,
+        kind,
+        subresource,
+        namespace,
+        name,
         client,
         headers,
         seats,
