@@ -58,6 +58,7 @@ bench: bench-deps
 	$(BIN)/python -m benchmarks.http_bench
 	$(BIN)/python -m benchmarks.http_instructions
 	$(BIN)/python -m benchmarks.fairness_bench
+	$(BIN)/python -m benchmarks.profile_hot_paths --flamegraph
 	$(BIN)/python -m benchmarks.plots
 
 # A million requests through APFMiddleware with disconnects and handler errors (~10 min).
