@@ -236,7 +236,10 @@ async def _work(scope: Scope, receive: Receive, send: Send) -> None:
     started = time.perf_counter()
     waited = started - scope["state"]["bench_arrival"]
     await asyncio.sleep(_query_int(scope, b"ms", 100) / 1000)
-    await _plain(send, 200, b"ok", [(b"x-queue-wait", b"%.6f" % waited)])
+    # The handler's start and end on the monotonic clock, which on Linux the client shares:
+    # the seat-seconds each flow was given, and the utilization of the seats, server-side.
+    stamps = [(b"x-start", b"%.6f" % started), (b"x-end", b"%.6f" % time.perf_counter())]
+    await _plain(send, 200, b"ok", [(b"x-queue-wait", b"%.6f" % waited), *stamps])
 
 
 def work_apf() -> ASGIApp:

@@ -12,10 +12,14 @@ Run: ``.venv/bin/python -m benchmarks.fairness_bench`` (``--quick`` for a smoke 
    * ten equal backlogged flows (16 in flight each): Jain's index of the seat-seconds each
      got (target ≥ 0.99); and, for comparison, five backlogged flows of unequal demand.
 
-2. **Real HTTP** (:mod:`benchmarks.fairness_http`): the same elephant and mice against uvicorn
-   servers (``/work`` behind APF, or behind a FIFO semaphore of 8), rounds alternating the two;
-   the mice's p99 wait (as the server measured it) and p99 latency, and the mice's latency
-   over time for the plot.
+2. **Real HTTP** (:mod:`benchmarks.fairness_http`): the same two loads against uvicorn
+   servers (``/work`` behind APF, or behind a FIFO semaphore of 8), rounds alternating the two:
+
+   * elephant and mice: the mice's p99 wait (as the server measured it) and p99 latency, the
+     mice's latency over time for the plot, and the utilization of the seats while requests
+     wait (from the server's handler start and end times);
+   * ten equal backlogged flows: Jain's index of the seat-seconds each got (the server's
+     handler times), and the utilization.
 
 The results go to ``benchmarks/results/fairness.json``.
 """
@@ -39,15 +43,18 @@ from benchmarks.fairness_sim import (
     EQUAL_FLOWS,
     UNEQUAL_FLOWS,
     Gate,
+    Record,
     Scenario,
     Summary,
+    jain_index,
     percentile,
     simulate,
     summarize,
+    utilization_while_backlogged,
 )
 from benchmarks.servers import REPO_ROOT, running_server, uvicorn_impl
 
-__all__ = ["fake_time", "http", "main"]
+__all__ = ["fake_time", "http", "main", "server_side"]
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "fairness.json"
 TARGETS = {"mice_p99_ratio_max": 0.10, "utilization_min": 0.95, "jain_min": 0.99}
@@ -175,22 +182,74 @@ def _mice_figures(records: list[HttpRecord], warmup: float) -> dict[str, Any]:
     }
 
 
+# The client and the server read the same monotonic clock (Linux); a handler start outside
+# its request's send-to-answer interval, beyond this slack, means they do not.
+_CLOCK_SLACK = 0.005
+
+
+def server_side(
+    records: list[HttpRecord], capacity: int, begin: float, end: float
+) -> dict[str, float]:
+    """Figures from the server's handler times, over ``[begin, end)`` of the run.
+
+    Returns:
+        ``utilization`` of the seats while requests waited and the ``backlogged`` fraction of
+        the window (:func:`~benchmarks.fairness_sim.utilization_while_backlogged`), and
+        ``jain`` of the seat-seconds each backlogged flow (``flow-<n>``) was given inside the
+        window (``nan`` without such flows). All ``nan`` if the server's times are missing or
+        not on the client's clock.
+    """
+    nan = {"utilization": math.nan, "backlogged": math.nan, "jain": math.nan}
+    served = [r for r in records if r.status == 200]
+    if not served or any(
+        not (r.sent - _CLOCK_SLACK <= r.start <= r.end <= r.sent + r.latency + _CLOCK_SLACK)
+        for r in served  # false for nan too
+    ):
+        return nan
+    timeline = [Record(r.flow, r.start - r.wait, r.start, r.end) for r in served]
+    timeline += [Record(r.flow, r.sent, rejected=True) for r in records if r.status == 429]
+    utilization, backlogged = utilization_while_backlogged(timeline, capacity, begin, end)
+    given: dict[str, float] = {}
+    for r in served:
+        if r.flow.startswith("flow-"):
+            inside = min(r.end, end) - max(r.start, begin)
+            given[r.flow] = given.get(r.flow, 0.0) + max(inside, 0.0)
+    jain = jain_index(list(given.values())) if given else math.nan
+    return {"utilization": utilization, "backlogged": backlogged, "jain": jain}
+
+
 def http(rounds: int, load: HttpLoad, warmup: float, capacity: int) -> dict[str, Any]:
-    """The elephant and mice over HTTP, ``rounds`` rounds alternating APF and the semaphore."""
+    """Both HTTP loads, ``rounds`` rounds alternating APF and the semaphore.
+
+    ``load`` is the elephant-and-mice load; the equal-flows load has the same duration,
+    service times and seed, with ten backlogged flows of 16 requests in flight instead.
+    """
     env = {"APF_BENCH_CAPACITY": str(capacity)}
     loop, protocol = uvicorn_impl()
     per_round: list[dict[str, Any]] = []
     series: dict[str, list[tuple[float, float]]] = {}
     server_build: dict[str, Any] = {}
+    equal_load = replace(load, elephant_concurrency=0, mice=0, backlogged=(16,) * 10)
     for index in range(rounds):
         order = ("semaphore", "apf") if index % 2 == 0 else ("apf", "semaphore")
         figures: dict[str, Any] = {}
         for variant in order:
-            seeded = replace(load, seed=load.seed + index)
             with running_server(variant, f"work_{variant}", env=env) as server:
                 server_build = server.info
+                seeded = replace(load, seed=load.seed + index)
                 records = asyncio.run(run_http_load(server.host, server.port, seeded))
+                equal = replace(equal_load, seed=load.seed + index)
+                equal_records = asyncio.run(run_http_load(server.host, server.port, equal))
             figures[variant] = _mice_figures(records, warmup)
+            mice_side = server_side(records, capacity, warmup, load.duration)
+            figures[variant]["utilization"] = mice_side["utilization"]
+            figures[variant]["backlogged"] = mice_side["backlogged"]
+            equal_side = server_side(equal_records, capacity, warmup, load.duration)
+            figures[variant]["equal_flows"] = {
+                **equal_side,
+                "served": sum(1 for r in equal_records if r.status == 200),
+                "failed": sum(1 for r in equal_records if r.status != 200),
+            }
             if index == 0:
                 series[variant] = [
                     (r.sent, r.latency) for r in records if r.flow != "elephant" and r.status == 200
@@ -206,10 +265,15 @@ def http(rounds: int, load: HttpLoad, warmup: float, capacity: int) -> dict[str,
             f"  HTTP round {index + 1}/{rounds}: mice p99 wait "
             f"{figures['semaphore']['mice_wait_p99'] * 1000:.0f} ms (semaphore) -> "
             f"{figures['apf']['mice_wait_p99'] * 1000:.0f} ms (APF), ratio "
-            f"{figures['wait_ratio']:.3f}; p99 latency ratio {figures['latency_ratio']:.3f}"
+            f"{figures['wait_ratio']:.3f}; p99 latency ratio {figures['latency_ratio']:.3f}; "
+            f"utilization APF {figures['apf']['utilization']:.4f}; equal flows Jain APF "
+            f"{figures['apf']['equal_flows']['jain']:.4f} (semaphore "
+            f"{figures['semaphore']['equal_flows']['jain']:.4f}), utilization "
+            f"{figures['apf']['equal_flows']['utilization']:.4f}"
         )
     return {
         "load": asdict(load),
+        "equal_flows_load": asdict(equal_load),
         "warmup": warmup,
         "capacity": capacity,
         "uvicorn_loop": loop,
@@ -218,6 +282,14 @@ def http(rounds: int, load: HttpLoad, warmup: float, capacity: int) -> dict[str,
         "rounds": per_round,
         "wait_ratio": _spread([r["wait_ratio"] for r in per_round]),
         "latency_ratio": _spread([r["latency_ratio"] for r in per_round]),
+        "apf_utilization": _spread(
+            [r["apf"]["equal_flows"]["utilization"] for r in per_round]
+            + [r["apf"]["utilization"] for r in per_round]
+        ),
+        "apf_equal_flows_jain": _spread([r["apf"]["equal_flows"]["jain"] for r in per_round]),
+        "semaphore_equal_flows_jain": _spread(
+            [r["semaphore"]["equal_flows"]["jain"] for r in per_round]
+        ),
         "mice_latency_series": series,
     }
 
@@ -267,6 +339,19 @@ def report(result: dict[str, Any]) -> str:
             f"   mice p99 wait ratio: median {h['wait_ratio']['median']:.3f} "
             f"[{h['wait_ratio']['min']:.3f}–{h['wait_ratio']['max']:.3f}] "
             f"(target <= {TARGETS['mice_p99_ratio_max']})"
+        )
+        for index, r in enumerate(rounds, 1):
+            lines.append(
+                f"   round {index}, 10 equal backlogged flows: Jain APF "
+                f"{r['apf']['equal_flows']['jain']:.4f}, semaphore "
+                f"{r['semaphore']['equal_flows']['jain']:.4f}; utilization while backlogged "
+                f"APF {r['apf']['equal_flows']['utilization']:.4f} (elephant and mice "
+                f"{r['apf']['utilization']:.4f})"
+            )
+        lines.append(
+            f"   Jain APF: median {h['apf_equal_flows_jain']['median']:.4f} "
+            f"(target >= {TARGETS['jain_min']}); utilization APF: min "
+            f"{h['apf_utilization']['min']:.4f} (target >= {TARGETS['utilization_min']})"
         )
     return "\n".join(lines)
 

@@ -1,13 +1,21 @@
-"""Elephant and mice over real HTTP: a bounded loopback client for the fairness benchmark.
+"""Fairness over real HTTP: a bounded loopback client for the fairness benchmark.
 
 The server (:func:`benchmarks.bench_app.work_apf` or ``work_semaphore``) runs ``GET
 /work?ms=N`` — the client draws N, so both variants see the same requests — and says in
-``x-queue-wait`` how long each request waited for its seat. The elephant keeps
-``elephant_concurrency`` requests in flight on keep-alive connections; each mouse sends
-requests at Poisson times, each on a new connection (open loop: a slow answer does not slow
-the mouse down). Every client names itself with ``authorization: Bearer <name>``, the flow
-distinguisher of the APF variant. The run stops sending after ``duration`` seconds and waits
-(bounded) for the requests in flight.
+``x-queue-wait`` how long each request waited for its seat, and in ``x-start``/``x-end`` when
+its handler started and ended (the monotonic clock, shared with the client on Linux).
+
+Two kinds of flows, any mix of them:
+
+* **closed loop**: the elephant (``elephant_concurrency`` requests in flight) and the
+  ``backlogged`` flows (``flow-<n>``, each with its own number of requests in flight), each
+  request sent as soon as the previous one on its keep-alive connection is answered;
+* **mice**: Poisson arrivals, each on a new connection (open loop: a slow answer does not slow
+  the mouse down).
+
+Every client names itself with ``authorization: Bearer <name>``, the flow distinguisher of the
+APF variant. The run stops sending after ``duration`` seconds and waits (bounded) for the
+requests in flight.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ class HttpLoad:
 
     Attributes:
         duration: Seconds of load.
-        elephant_concurrency: Requests the elephant keeps in flight.
+        elephant_concurrency: Requests the elephant keeps in flight (0: no elephant).
+        backlogged: Requests in flight of each backlogged flow ``flow-<n>``.
         mice: Number of mice.
         mouse_rate: Requests per second of each mouse (Poisson).
         service_time: Mean service time in seconds (uniform between half and 1.5 times it).
@@ -38,6 +47,7 @@ class HttpLoad:
 
     duration: float = 20.0
     elephant_concurrency: int = 64
+    backlogged: tuple[int, ...] = ()
     mice: int = 10
     mouse_rate: float = 2.0
     service_time: float = 0.1
@@ -49,11 +59,14 @@ class HttpRecord:
     """One request as the client saw it.
 
     Attributes:
-        flow: ``elephant`` or ``mouse-<n>``.
+        flow: ``elephant``, ``flow-<n>`` or ``mouse-<n>``.
         sent: Seconds since the run started when the request was sent.
         latency: Seconds until the response was complete (``nan`` on failure).
         status: The HTTP status (0 on a transport error).
         wait: Seconds the server says the request waited for its seat (``nan`` if not said).
+        start: Seconds since the run started when the handler started, as the server says
+            (``nan`` if not said).
+        end: The same for the handler's end.
     """
 
     flow: str
@@ -61,6 +74,8 @@ class HttpRecord:
     latency: float
     status: int
     wait: float
+    start: float = float("nan")
+    end: float = float("nan")
 
 
 class _Client:
@@ -92,6 +107,7 @@ class _Client:
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         length, wait = 0, float("nan")
+        start = end = float("nan")
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
@@ -99,15 +115,21 @@ class _Client:
                 length = int(value)
             elif name == b"x-queue-wait":
                 wait = float(value)
+            elif name == b"x-start":
+                start = float(value) - self.started
+            elif name == b"x-end":
+                end = float(value) - self.started
         await reader.readexactly(length)
         now = time.perf_counter()
-        self.records.append(HttpRecord(flow, sent - self.started, now - sent, status, wait))
+        self.records.append(
+            HttpRecord(flow, sent - self.started, now - sent, status, wait, start, end)
+        )
 
     def failed(self, flow: str, sent: float) -> None:
         self.records.append(HttpRecord(flow, sent - self.started, float("nan"), 0, float("nan")))
 
-    async def elephant(self, slot: int) -> None:
-        stream = random.Random(f"{self.load.seed}/elephant/{slot}")
+    async def closed_loop(self, flow: str, slot: int) -> None:
+        stream = random.Random(f"{self.load.seed}/{flow}/{slot}")
         connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         try:
             while time.perf_counter() < self.end:
@@ -117,10 +139,10 @@ class _Client:
                         connection = await asyncio.wait_for(
                             asyncio.open_connection(self.host, self.port), _CONNECT_TIMEOUT
                         )
-                    request = self.request_bytes("elephant", stream)
-                    await self.exchange("elephant", request, *connection, sent)
+                    request = self.request_bytes(flow, stream)
+                    await self.exchange(flow, request, *connection, sent)
                 except (OSError, asyncio.IncompleteReadError, ValueError, TimeoutError):
-                    self.failed("elephant", sent)
+                    self.failed(flow, sent)
                     if connection is not None:
                         connection[1].close()
                     connection = None
@@ -156,12 +178,13 @@ class _Client:
 
 
 async def run_http_load(host: str, port: int, load: HttpLoad) -> list[HttpRecord]:
-    """Run one elephant-and-mice load against the server; returns every request's record."""
+    """Run one load against the server; returns every request's record."""
     client = _Client(host, port, load)
     spawned: set[asyncio.Task[None]] = set()
-    tasks = [
-        asyncio.create_task(client.elephant(slot)) for slot in range(load.elephant_concurrency)
-    ]
+    closed = [("elephant", slot) for slot in range(load.elephant_concurrency)]
+    for number, in_flight in enumerate(load.backlogged):
+        closed += [(f"flow-{number}", slot) for slot in range(in_flight)]
+    tasks = [asyncio.create_task(client.closed_loop(flow, slot)) for flow, slot in closed]
     tasks += [asyncio.create_task(client.mouse(n, spawned)) for n in range(load.mice)]
     try:
         await asyncio.wait(tasks, timeout=load.duration + _DRAIN_TIMEOUT)
