@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from apf_limiter.clock import Clock, RealClock, Timer, new_waiter
+from apf_limiter.config.loader import MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.config.model import Configuration
 from apf_limiter.digest import RequestDigest
 from apf_limiter.engine.controller import Controller
@@ -306,6 +307,19 @@ class _Released:
 _RELEASED: Final = _Released()
 
 
+def check_wait_limit(wait_limit: float) -> None:
+    """Refuse a queue wait limit that is negative, not a number, or above Kubernetes' cap.
+
+    Raises:
+        ValueError: If ``wait_limit`` is not within 0..60 seconds.
+    """
+    if not 0 <= wait_limit <= MAX_REQUEST_WAIT_LIMIT:
+        raise ValueError(
+            f"wait_limit must be between 0 and {MAX_REQUEST_WAIT_LIMIT:g} seconds (Kubernetes "
+            f"caps queue waits at one minute), got {wait_limit!r}"
+        )
+
+
 def _is_exempt(request: Request) -> bool:
     return bool(request.level.queue_set.desired_num_queues < 0)
 
@@ -443,17 +457,21 @@ class Limiter:
 
         Args:
             digest: What classification needs to know of the request.
-            wait_limit: Seconds the request may wait in a queue; defaults to the
-                configuration's ``requestWaitLimit``.
+            wait_limit: Seconds the request may wait in a queue, at most 60 (Kubernetes caps
+                every queue wait at one minute); defaults to the configuration's
+                ``requestWaitLimit``.
 
         Returns:
             An :class:`Admission`, to be entered with ``async with``. Entering raises
             :class:`Rejected` (reason ``queue-full``, ``concurrency-limit`` or ``time-out``)
             when the request may not run; cancelling the waiting task removes the request
             from its queue.
+
+        Raises:
+            ValueError: If ``wait_limit`` is negative or above 60 seconds.
         """
-        if wait_limit is not None and not wait_limit >= 0:
-            raise ValueError(f"wait_limit must be a non-negative number, got {wait_limit!r}")
+        if wait_limit is not None:
+            check_wait_limit(wait_limit)
         return Admission(self, digest, wait_limit)
 
     def statistics(self) -> LimiterStatistics:

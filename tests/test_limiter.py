@@ -47,7 +47,8 @@ async def test_fast_path_admits_without_yielding_to_the_event_loop() -> None:
     assert admission.priority_level == "test"
     assert admission.queue_wait == 0.0
     assert admission.seats == 1
-    assert admission.distinguisher == "alice"
+    # One queue: the level does not hash, so there is no flow distinguisher (Kubernetes).
+    assert admission.distinguisher == ""
     assert limiter.statistics().priority_levels["test"].executing_requests == 1
     # Leaving releases synchronously and returns an awaitable that is already complete.
     leave = admission.__aexit__(None, None, None)
@@ -55,6 +56,12 @@ async def test_fast_path_admits_without_yielding_to_the_event_loop() -> None:
     with pytest.raises(StopIteration):
         next(iter(leave.__await__()))
     assert limiter.statistics().priority_levels["test"].executing_requests == 0
+
+
+async def test_distinguisher_only_at_a_level_that_hashes() -> None:
+    hashing = Limiter(single_level_config(limit=2, queues=8, hand_size=2), clock=FakeClock())
+    async with hashing.admit(_digest()) as admission:
+        assert admission.distinguisher == "alice"
 
 
 async def test_queued_request_runs_when_seats_free_and_reports_its_wait() -> None:
@@ -141,6 +148,10 @@ async def test_per_call_wait_limit_overrides_config() -> None:
     await running.task
     with pytest.raises(ValueError, match="wait_limit"):
         limiter.admit(_digest(), wait_limit=-1)
+    # Kubernetes caps every queue wait at one minute, as requestWaitLimit is.
+    with pytest.raises(ValueError, match="between 0 and 60 seconds"):
+        limiter.admit(_digest(), wait_limit=120)
+    limiter.admit(_digest(), wait_limit=60)
 
 
 async def test_cancelling_a_queued_task_removes_it_and_reraises() -> None:
@@ -220,6 +231,34 @@ async def test_seats_are_clamped_to_max_seats() -> None:
         assert adm.seats == 15
         assert adm.final_seats == 15
     assert limiter.statistics().priority_levels["test"].max_seats == 15
+
+
+async def test_max_seats_stays_after_a_switch_to_reject() -> None:
+    # kubernetes-apf.md §7.1: maxSeats is set for queuing levels and never cleared, so a level
+    # switched from Queue to Reject keeps clamping with its old value until it is removed.
+    limiter = Limiter(single_level_config(limit=100, queues=4, hand_size=4), clock=FakeClock())
+    async with limiter.admit(_digest(seats=40)) as admission:
+        assert admission.seats == 15
+    limiter.reconfigure(single_level_config(limit=100, reject=True))
+    async with limiter.admit(_digest(seats=40)) as admission:
+        assert admission.seats == 15
+    assert limiter.statistics().priority_levels["test"].max_seats == 15
+
+
+async def test_seats_of_a_level_that_never_queued_are_capped_at_the_global_maximum() -> None:
+    limiter = Limiter(single_level_config(limit=1000, reject=True), clock=FakeClock())
+    async with limiter.admit(_digest(seats=150)) as admission:
+        assert admission.seats == 100
+    assert limiter.statistics().priority_levels["test"].max_seats == 0
+
+
+async def test_max_seats_above_the_global_maximum_is_capped() -> None:
+    # maxSeats = max(1, min(ceil(0.15 × 1000), 1000 // 1)) = 150 > 100: the estimator's
+    # global maximum (100) is used instead.
+    limiter = Limiter(single_level_config(limit=1000, queues=1, hand_size=1), clock=FakeClock())
+    assert limiter.statistics().priority_levels["test"].max_seats == 150
+    async with limiter.admit(_digest(seats=120)) as admission:
+        assert admission.seats == 100
 
 
 async def test_admission_misuse() -> None:

@@ -120,6 +120,69 @@ async def test_removed_busy_level_quiesces_then_disappears_and_can_return() -> N
         assert admission.priority_level == "b"
 
 
+async def test_a_level_holding_only_lingering_seats_is_idle_and_dropped() -> None:
+    # Kubernetes' idle is "nothing waiting, nothing executing" (kubernetes-apf.md §4.8, §4.12):
+    # final seats held for an additional latency do not keep a removed level alive.
+    clock = FakeClock()
+    two = _config(
+        [_level("a", 10, 4, 2), _level("b", 10, 4, 2)],
+        [_schema("fs-a", "a", "ga", 100), _schema("fs-b", "b", "gb", 100)],
+    )
+    two["borrowingPeriod"] = 1000  # no periodic adjustment during the test
+    limiter = Limiter(two, clock=clock)
+    nominal_a = limiter.statistics().priority_levels["a"].nominal_limit
+    lingering = RequestDigest(
+        user="u", groups=("gb",), seats=1, final_seats=1, additional_latency=10.0
+    )
+    admission = limiter.admit(lingering)
+    assert admission.start()
+    admission.release()  # finished; its final seat is held for 10 s
+    assert limiter.statistics().priority_levels["b"].executing_seats == 1
+    adjustments = limiter.statistics().adjustments
+    limiter.reconfigure(
+        {
+            **_config([_level("a", 10, 4, 2)], [_schema("fs-a", "a", "ga", 100)]),
+            "borrowingPeriod": 1000,
+        }
+    )
+    stats = limiter.statistics()
+    assert "b" not in stats.priority_levels  # dropped at once, not quiescing
+    assert stats.priority_levels["a"].nominal_limit > nominal_a
+    assert stats.adjustments == adjustments + 1  # the reconfiguration's own adjustment
+    # The final seat goes back into the dropped level later: nothing else happens.
+    await clock.advance(10.0)
+    assert limiter.statistics().adjustments == adjustments + 1
+    assert "b" not in limiter.statistics().priority_levels
+
+
+async def test_a_removed_level_is_dropped_when_its_last_request_finishes_lingering() -> None:
+    clock = FakeClock()
+    two = _config(
+        [_level("a", 10, 4, 2), _level("b", 10, 4, 2)],
+        [_schema("fs-a", "a", "ga", 100), _schema("fs-b", "b", "gb", 100)],
+    )
+    two["borrowingPeriod"] = 1000  # no periodic adjustment during the test
+    limiter = Limiter(two, clock=clock)
+    lingering = RequestDigest(
+        user="u", groups=("gb",), seats=1, final_seats=1, additional_latency=10.0
+    )
+    admission = limiter.admit(lingering)
+    assert admission.start()
+    limiter.reconfigure(
+        {
+            **_config([_level("a", 10, 4, 2)], [_schema("fs-a", "a", "ga", 100)]),
+            "borrowingPeriod": 1000,
+        }
+    )
+    assert limiter.statistics().priority_levels["b"].quiescing  # it is still executing
+    adjustments = limiter.statistics().adjustments
+    admission.release()  # finishes: the level is idle although its final seat is held
+    assert "b" not in limiter.statistics().priority_levels
+    assert limiter.statistics().adjustments == adjustments + 1
+    await clock.advance(10.0)  # the final seat's release does not drop it a second time
+    assert limiter.statistics().adjustments == adjustments + 1
+
+
 async def test_level_reappearing_while_quiescing_is_reused() -> None:
     clock = FakeClock()
     two = _config(

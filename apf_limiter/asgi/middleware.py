@@ -38,7 +38,7 @@ from apf_limiter.asgi.types import (
 from apf_limiter.asgi.waiting import wait_watching_disconnect
 from apf_limiter.digest import RequestDigest
 from apf_limiter.errors import Rejected
-from apf_limiter.limiter import Admission, ConfigSource, Limiter
+from apf_limiter.limiter import Admission, ConfigSource, Limiter, check_wait_limit
 
 __all__ = ["APFMiddleware", "DEBUG_PATH"]
 
@@ -78,8 +78,8 @@ class APFMiddleware:
         on_reject: ``on_reject(scope, rejected) -> ASGI app``: builds a custom rejection
             response (e.g. a Starlette ``Response``); ``Retry-After`` and the APF headers are
             added unless it sets them.
-        wait_limit: Seconds a request may wait in a queue; ``None``: the configuration's
-            ``requestWaitLimit``.
+        wait_limit: Seconds a request may wait in a queue, at most 60 (Kubernetes' cap);
+            ``None``: the configuration's ``requestWaitLimit``.
         flow_schema_header: Response header naming the flow schema; ``None`` for none.
         priority_level_header: Response header naming the priority level; ``None`` for none.
         response_headers: ``False`` turns both APF response headers off.
@@ -117,8 +117,8 @@ class APFMiddleware:
     ) -> None:
         if limiter is not None and config is not None:
             raise ValueError("give APFMiddleware a limiter or a config, not both")
-        if wait_limit is not None and not wait_limit >= 0:
-            raise ValueError(f"wait_limit must be a non-negative number, got {wait_limit!r}")
+        if wait_limit is not None:
+            check_wait_limit(wait_limit)
         if isinstance(max_body_buffer, bool) or not isinstance(max_body_buffer, int):
             raise ValueError(f"max_body_buffer must be an integer, got {max_body_buffer!r}")
         if max_body_buffer < 0:

@@ -18,6 +18,7 @@ from typing import Final
 
 import xxhash
 
+from apf_limiter.config.defaults import MANDATORY_FLOW_SCHEMAS
 from apf_limiter.config.model import FlowSchema
 from apf_limiter.digest import RequestDigest
 from apf_limiter.engine.match_index import MatchIndex
@@ -33,6 +34,7 @@ __all__ = [
 
 EXEMPT_FLOW_SCHEMA: Final = "exempt"
 CATCH_ALL_FLOW_SCHEMA: Final = "catch-all"
+_BUILT_IN_EXEMPT, _BUILT_IN_CATCH_ALL = MANDATORY_FLOW_SCHEMAS
 
 _UINT64: Final = 1 << 64
 # Per schema; bounds memory when distinguishers are unbounded (e.g. client addresses). Past the
@@ -87,10 +89,14 @@ class Classification:
 
 
 def order_flow_schemas(flow_schemas: Sequence[FlowSchema]) -> tuple[FlowSchema, ...]:
-    """Return the schemas in matching order.
+    """Return the schemas in matching order, as Kubernetes digests them.
 
-    ``exempt`` comes first and ``catch-all`` last; the others are sorted by matching
-    precedence, then name (code-point order, which is the byte order of UTF-8).
+    The schemas are sorted by matching precedence, then name (code-point order, which is the
+    byte order of UTF-8). A mandatory schema that the configuration did not supply — the
+    built-in object the loader added, :data:`~apf_limiter.config.MANDATORY_FLOW_SCHEMAS` —
+    goes first (``exempt``) or last (``catch-all``) instead; a supplied one is sorted with the
+    others, so a ``catch-all`` given in the configuration precedes a schema of the same
+    precedence whose name sorts after it.
 
     Args:
         flow_schemas: The schemas, in any order.
@@ -108,8 +114,12 @@ def order_flow_schemas(flow_schemas: Sequence[FlowSchema]) -> tuple[FlowSchema, 
         seen.add(schema.name)
 
     def key(schema: FlowSchema) -> tuple[int, int, str]:
-        band = {EXEMPT_FLOW_SCHEMA: 0, CATCH_ALL_FLOW_SCHEMA: 2}.get(schema.name, 1)
-        return (band, schema.matching_precedence, schema.name)
+        # Identity, not equality: a supplied mandatory schema has the built-in spec too.
+        if schema is _BUILT_IN_EXEMPT:
+            return (0, 0, "")
+        if schema is _BUILT_IN_CATCH_ALL:
+            return (2, 0, "")
+        return (1, schema.matching_precedence, schema.name)
 
     return tuple(sorted(flow_schemas, key=key))
 

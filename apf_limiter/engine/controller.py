@@ -34,6 +34,9 @@ __all__ = ["DEFAULT_MAX_SEATS", "Controller", "LevelState", "FlowSchemaCounters"
 _WAITING: Final = RequestState.WAITING
 _EXECUTING: Final = RequestState.EXECUTING
 
+# Kubernetes' work estimator caps every estimate at its global maximum, and uses it for a
+# level without a maxSeats of its own: 100 seats on the path of requests without RequestInfo
+# (max of the list and mutating estimators' maxima), which is what a hook's estimate is here.
 DEFAULT_MAX_SEATS: Final = 100
 """Seat cap for levels without a computed maxSeats (exempt and Reject levels), as Kubernetes'
 estimator uses its global maximum there."""
@@ -72,7 +75,10 @@ class LevelState:
         config: The level's configuration (the last one seen, for a quiescing level).
         plan: The level's limits under the current configuration.
         queue_set: Its queue set.
-        max_seats: The most seats one request may take.
+        digested_max_seats: Kubernetes' maxSeats of the level: set for a queuing level at each
+            configuration, kept (stale) when it switches to ``Reject``; 0 if it never queued.
+        max_seats: The most seats one request may take: ``digested_max_seats``, capped at
+            :data:`DEFAULT_MAX_SEATS` (which also stands in for 0).
         quiescing: Whether the level left the configuration and is draining.
         demand: The smoothed demand statistics.
         target: The allocation target of the last adjustment.
@@ -82,6 +88,7 @@ class LevelState:
         "config",
         "plan",
         "queue_set",
+        "digested_max_seats",
         "max_seats",
         "quiescing",
         "demand",
@@ -104,16 +111,30 @@ class LevelState:
             concurrency_limit=plan.initial_limit,
             now=now,
         )
-        self.max_seats = plan.max_seats or DEFAULT_MAX_SEATS
+        self.digested_max_seats = 0
+        self.max_seats = DEFAULT_MAX_SEATS
+        self.set_max_seats(plan.max_seats)
         self.uses_hash = desired > 1
         self.demand = SeatDemandStats()
         self.target = 0.0
 
+    def set_max_seats(self, max_seats: int) -> None:
+        """Take a configuration's maxSeats (0 for a level that does not queue)."""
+        # Kubernetes sets maxSeats for queuing levels only and never clears it, so a level
+        # switched from Queue to Reject keeps its old value until it is removed.
+        if max_seats > 0:
+            self.digested_max_seats = max_seats
+        seats = self.digested_max_seats
+        self.max_seats = seats if 0 < seats <= DEFAULT_MAX_SEATS else DEFAULT_MAX_SEATS
+
     @property
     def is_drained(self) -> bool:
-        """Whether nothing waits, runs or holds seats at this level."""
-        queue_set = self.queue_set
-        return queue_set.is_idle and queue_set.seats_in_use == 0
+        """Whether the level's queue set is idle: nothing waits and nothing executes.
+
+        Requests holding their final seats for an additional latency do not count, as in
+        Kubernetes: a removed level is dropped once idle, and they release into it later.
+        """
+        return self.queue_set.is_idle
 
 
 def _queuing_shape(plan: LevelPlan) -> tuple[int, int, int]:
@@ -189,7 +210,7 @@ class Controller:
                 existing.quiescing = False
             existing.config = configs[name]
             existing.plan = level_plan
-            existing.max_seats = level_plan.max_seats or DEFAULT_MAX_SEATS
+            existing.set_max_seats(level_plan.max_seats)
             desired, queue_length_limit, hand_size = _queuing_shape(level_plan)
             existing.uses_hash = desired > 1
             dispatched.extend(
@@ -282,11 +303,19 @@ class Controller:
         else:
             final_seats = 0
             latency = 0.0
+        # Kubernetes computes the flow (distinguisher and hash) only for a level that hashes:
+        # non-exempt, Queue, more than one queue.
+        if level.uses_hash:
+            distinguisher = classification.distinguisher
+            flow_hash = classification.flow_hash
+        else:
+            distinguisher = ""
+            flow_hash = 0
         request = Request(
             schema_name,
             level.name,
-            classification.distinguisher,
-            classification.flow_hash if level.uses_hash else 0,
+            distinguisher,
+            flow_hash,
             seats,
             final_seats,
             latency,
@@ -327,9 +356,7 @@ class Controller:
         request.counters.executing -= 1
         if dispatched:
             self._count_dispatched(dispatched)
-        if level.quiescing and level.is_drained:
-            return self._requeue_after_quiesce(dispatched, now)
-        return dispatched
+        return self._drop_if_drained(level, dispatched, now)
 
     def release(self, request: Request, now: float) -> Sequence[Request]:
         """Release a lingering request's final seats.
@@ -341,9 +368,7 @@ class Controller:
         dispatched = level.queue_set.release(request, now)
         if dispatched:
             self._count_dispatched(dispatched)
-        if level.quiescing and level.is_drained:
-            return self._requeue_after_quiesce(dispatched, now)
-        return dispatched
+        return self._drop_if_drained(level, dispatched, now)
 
     def cancel(self, request: Request, now: float, *, timed_out: bool) -> Sequence[Request]:
         """Remove a waiting request: its wait limit passed (``timed_out``) or its waiter left.
@@ -361,9 +386,7 @@ class Controller:
             counters.cancelled += 1
         if dispatched:
             self._count_dispatched(dispatched)
-        if level.quiescing and level.is_drained:
-            return self._requeue_after_quiesce(dispatched, now)
-        return dispatched
+        return self._drop_if_drained(level, dispatched, now)
 
     def retry_after(self, request: Request) -> int:
         """The current Retry-After of the request's level (nothing recorded)."""
@@ -388,6 +411,17 @@ class Controller:
             counters.executing += 1
             if request is not arrival:
                 counters.waiting -= 1
+
+    def _drop_if_drained(
+        self, level: LevelState, dispatched: Sequence[Request], now: float
+    ) -> Sequence[Request]:
+        """After a request left ``level``: drop the level if it was quiescing and is now idle."""
+        if not (level.quiescing and level.is_drained):
+            return dispatched
+        if self.levels.get(level.name) is not level:
+            # Already dropped: a request that lingered past the drop released its final seats.
+            return dispatched
+        return self._requeue_after_quiesce(dispatched, now)
 
     def _requeue_after_quiesce(self, dispatched: Sequence[Request], now: float) -> list[Request]:
         # A drained quiescing level is dropped by a fresh digest of the same configuration, as
@@ -421,7 +455,7 @@ class Controller:
                 upper_limit=plan.upper_limit,
                 current_limit=qs.concurrency_limit,
                 target_limit=state.target,
-                max_seats=plan.max_seats,
+                max_seats=state.digested_max_seats,
                 queues=len(qs.queues),
                 executing_requests=qs.requests_executing,
                 executing_seats=qs.seats_in_use,

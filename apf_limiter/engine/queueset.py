@@ -657,8 +657,8 @@ class QueueSet:
         if was_head:
             self._push(queue)
         dispatched = self._dispatch_as_much_as_possible()
-        if not queue.waiting and not queue.executing:
-            self._remove_queue_if_surplus(queue)
+        # No surplus-queue removal here: Kubernetes removes a queue only when a request's
+        # seats are released from it (kubernetes-apf.md §4.11).
         self._note_demand(now)
         return dispatched
 

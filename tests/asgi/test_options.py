@@ -305,6 +305,10 @@ def test_options_are_validated() -> None:
         APFMiddleware(ok_app, paths={"feeds": RouteOptions()})
     with pytest.raises(ValueError, match="header name"):
         APFMiddleware(ok_app, flow_schema_header="bad name")
+    for wait_limit in (-1, 61, float("nan")):
+        with pytest.raises(ValueError, match="wait_limit must be between 0 and 60"):
+            APFMiddleware(ok_app, wait_limit=wait_limit)
+    APFMiddleware(ok_app, wait_limit=60)
     with pytest.raises(ValueError, match="non-empty"):
         Identity("")
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apf_limiter.config import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS, load_config
+from apf_limiter.config.dump import dump_flow_schema, dump_priority_level
 from apf_limiter.config.model import (
     FlowDistinguisherMethod,
     FlowSchema,
@@ -90,7 +93,7 @@ ANON = RequestDigest(groups=("system:unauthenticated",), verb="get", path="/x", 
 # --- order -------------------------------------------------------------------------------------
 
 
-def test_order_by_precedence_then_name_exempt_first_catch_all_last() -> None:
+def test_order_by_precedence_then_name_supplied_mandatory_schemas_included() -> None:
     schemas = [
         CATCH_ALL,
         schema("b", 500),
@@ -101,17 +104,74 @@ def test_order_by_precedence_then_name_exempt_first_catch_all_last() -> None:
         EXEMPT,
     ]
     names = [s.name for s in order_flow_schemas(schemas)]
-    # "B" < "a" < "b" in code-point order; catch-all goes last even after a same-precedence
-    # schema named after it, exempt first.
-    assert names == ["exempt", "early", "B", "a", "b", "late", "catch-all"]
+    # "B" < "a" < "b" in code-point order. A catch-all the configuration supplies is sorted
+    # like any schema (Kubernetes sorts the API objects it lists): before "late" at 10000.
+    assert names == ["exempt", "early", "B", "a", "b", "catch-all", "late"]
     assert [s.name for s in Classifier(schemas, hash_seed=0).flow_schemas] == names
 
 
-def test_exempt_first_and_catch_all_last_regardless_of_precedence() -> None:
-    odd_exempt = FlowSchema("exempt", "exempt", 9000, None, EXEMPT.rules)
-    odd_catch_all = FlowSchema("catch-all", "catch-all", 5, None, CATCH_ALL.rules)
-    names = [s.name for s in order_flow_schemas([odd_catch_all, schema("x", 10), odd_exempt])]
-    assert names == ["exempt", "x", "catch-all"]
+def test_built_in_mandatory_schemas_go_first_and_last() -> None:
+    # The loader adds the built-in objects when the configuration lacks them; Kubernetes puts
+    # an imagined exempt first and an imagined catch-all last, whatever the others' order.
+    built_in_exempt, built_in_catch_all = MANDATORY_FLOW_SCHEMAS
+    before_exempt = schema("a-first", 1)  # precedence 1 and "a-first" < "exempt"
+    after_catch_all = schema("late", 10000)  # precedence 10000 and "late" > "catch-all"
+    imagined = [built_in_catch_all, after_catch_all, before_exempt, built_in_exempt]
+    assert [s.name for s in order_flow_schemas(imagined)] == [
+        "exempt",
+        "a-first",
+        "late",
+        "catch-all",
+    ]
+    # The same specs supplied by the configuration (equal, not the built-in objects): sorted.
+    supplied = [
+        replace(built_in_catch_all),
+        after_catch_all,
+        before_exempt,
+        replace(built_in_exempt),
+    ]
+    assert supplied[0] == built_in_catch_all and supplied[0] is not built_in_catch_all
+    assert [s.name for s in order_flow_schemas(supplied)] == [
+        "a-first",
+        "exempt",
+        "catch-all",
+        "late",
+    ]
+
+
+def test_catch_all_given_in_the_configuration_matches_before_a_later_named_schema() -> None:
+    # kubernetes-apf.md §6.1 step 2: only a missing catch-all is put last.
+    late = {
+        "name": "zzz",
+        "priorityLevelConfiguration": {"name": "global-default"},
+        "matchingPrecedence": 10000,
+        "rules": [
+            {
+                "subjects": [{"kind": "Group", "group": {"name": "system:authenticated"}}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            }
+        ],
+    }
+    level = {
+        "name": "global-default",
+        "limited": {"nominalConcurrencyShares": 10, "limitResponse": {"type": "Reject"}},
+    }
+    alice = RequestDigest(user="alice", groups=("system:authenticated",))
+    without = Classifier(
+        load_config({"priorityLevels": [level], "flowSchemas": [late]}).flow_schemas, hash_seed=0
+    )
+    assert without.classify(alice).flow_schema.name == "zzz"
+    # Both catch-all objects given, as a cluster has them (an FS referring to a mandatory
+    # level that is not given would be dangling in Kubernetes).
+    given = load_config(
+        {
+            "priorityLevels": [level, dump_priority_level(MANDATORY_PRIORITY_LEVELS[1])],
+            "flowSchemas": [late, dump_flow_schema(MANDATORY_FLOW_SCHEMAS[1])],
+        }
+    )
+    assert Classifier(given.flow_schemas, hash_seed=0).classify(alice).flow_schema.name == (
+        "catch-all"
+    )
 
 
 def test_first_matching_schema_wins() -> None:
@@ -392,14 +452,8 @@ def naive_rule_matches(rule: PolicyRulesWithSubjects, d: RequestDigest) -> bool:
 
 
 def naive_classify(schemas: list[FlowSchema], d: RequestDigest) -> str:
-    ordered = sorted(
-        schemas,
-        key=lambda s: (
-            {"exempt": 0, "catch-all": 2}.get(s.name, 1),
-            s.matching_precedence,
-            s.name,
-        ),
-    )
+    # Supplied schemas (none is a built-in mandatory object): precedence, then name.
+    ordered = sorted(schemas, key=lambda s: (s.matching_precedence, s.name))
     for s in ordered:
         if any(naive_rule_matches(r, d) for r in s.rules):
             return s.name

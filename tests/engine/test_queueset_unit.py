@@ -338,6 +338,30 @@ def test_more_queues_are_added_and_surplus_queues_removed_when_empty() -> None:
     assert [q.index for q in qs.queues] == [0, 1, 2]
 
 
+def test_a_queue_is_removed_only_when_seats_are_released_from_it() -> None:
+    # kubernetes-apf.md §4.11: a request leaving its queue by time-out or cancellation does
+    # not remove the queue; the next release of seats removes *that request's* queue.
+    qs = QueueSet(
+        "t", desired_num_queues=2, queue_length_limit=5, hand_size=1, concurrency_limit=1, now=0.0
+    )
+    running = Request("fs", "t", "a", 0)
+    waiting = Request("fs", "t", "b", 1)
+    qs.start_request(running, 0.0)
+    qs.start_request(waiting, 0.0)
+    assert (running.queue, waiting.queue) == (qs.queues[0], qs.queues[1])
+    survivor = qs.queues[1]
+    qs.configure(
+        desired_num_queues=1, queue_length_limit=5, hand_size=1, concurrency_limit=1, now=1.0
+    )
+    qs.cancel(waiting, 2.0, timed_out=True)
+    assert len(qs.queues) == 2  # the emptied surplus queue stays
+    qs.finish(running, 3.0)
+    # Releasing running's seats removes its queue (old index 0); the other one moves down.
+    assert qs.queues == [survivor]
+    assert survivor.index == 0
+    assert survivor.next_dispatch_r == 0
+
+
 def test_switching_to_reject_keeps_queue_shape_and_dispatches_waiting() -> None:
     qs = _queue_set(2, 1, hand=1, qll=5)
     running, waiting = Request("fs", "test"), Request("fs", "test")

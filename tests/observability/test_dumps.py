@@ -180,7 +180,7 @@ async def test_dump_requests_with_and_without_details() -> None:
 
 async def test_additional_latency_and_distinguisher_columns() -> None:
     clock = FakeClock()
-    limiter = Limiter(scenario_config(distinguisher=True), clock=clock)
+    limiter = Limiter(scenario_config(distinguisher=True, queues=2), clock=clock)
     digest = user("zoe", seats=2, final_seats=1, additional_latency=0.0015)
     holder = Holder(limiter, digest)
     await clock.advance(0)
@@ -188,6 +188,20 @@ async def test_additional_latency_and_distinguisher_columns() -> None:
     # The level's maxSeats is 1 (ceil(0.15 x 2 seats)): the dump shows the clamped estimate.
     assert (row["FlowDistingsher"], row["InitialSeats"], row["FinalSeats"]) == ("zoe", 1, 1)
     assert row["AdditionalLatency"] == "1.5ms"
+    holder.release.set()
+    await clock.advance(0)
+
+
+async def test_no_distinguisher_at_a_level_that_does_not_hash() -> None:
+    # Kubernetes computes the flow only for a Queue level with more than one queue
+    # (kubernetes-apf.md §5.2): with one queue the column is empty, as is the admission's.
+    clock = FakeClock()
+    limiter = Limiter(scenario_config(distinguisher=True, queues=1), clock=clock)
+    holder = Holder(limiter, user("zoe"))
+    await clock.advance(0)
+    (row,) = dump_requests(limiter, wall_clock_ns=lambda: WALL_CLOCK_NS).json_rows()
+    assert row["FlowDistingsher"] == ""
+    assert row["FlowSchemaName"] == "queued-users"
     holder.release.set()
     await clock.advance(0)
 
