@@ -9,6 +9,8 @@ import pytest
 
 from apf_limiter import Limiter, RequestDigest
 from apf_limiter.config.defaults import kubernetes_bootstrap_configuration
+from apf_limiter.engine.borrowing import SeatDemandStats
+from apf_limiter.engine.integrator import IntegratorResults
 from apf_limiter.testing import FakeClock
 from tests.engine.scenario import ExactIntegrator
 from tests.helpers import limited_level as _level
@@ -308,3 +310,13 @@ async def test_lowered_limit_never_preempts_running_requests() -> None:
     assert level_a.executing_requests == 12
     await a.done()
     await b.done()
+
+
+def test_smoothing_uses_go_s_exact_one_minus_a() -> None:
+    # Go's (1 - 0.977) is a compile-time constant, exactly 0.023; in Python floating point
+    # 1 - 0.977 is 0.02300000000000002. From 43 and a period at 34: Go gives 42.79299999999999.
+    stats = SeatDemandStats()
+    stats.update(IntegratorResults(10.0, 43.0, 0.0, 43.0, 43.0))
+    assert stats.smoothed == 43.0
+    stats.update(IntegratorResults(10.0, 34.0, 0.0, 34.0, 34.0))
+    assert stats.smoothed == 0.977 * 43.0 + 0.023 * 34.0 == 42.79299999999999

@@ -138,12 +138,17 @@ def _sweep(
 ) -> float:
     """Raise the fair proportion through the sorted relative bounds until the sum is met."""
     # (bound, is_lower, item): crossing a lower bound makes the item sensitive to the fair
-    # proportion; crossing its upper bound makes it insensitive again.
-    bounds = sorted(
-        [(rlb, True, i) for i, (rlb, _) in enumerate(relative)]
-        + [(rub, False, i) for i, (_, rub) in enumerate(relative)],
-        key=lambda bound: bound[0],
-    )
+    # proportion; crossing its upper bound makes it insensitive again. Ties are kept in Go's
+    # order: Kubernetes builds [lower 0, upper 0, lower 1, upper 1, ...] and sort.Sort orders
+    # up to 12 bounds by a stable insertion sort; the order of tied bounds changes the float
+    # sums, and so, at exact .5 boundaries, a rounded limit. (Beyond 6 items Go's pdqsort may
+    # order ties differently; the results then agree within the solver's tolerance.)
+    interleaved = [
+        bound
+        for i, (rlb, rub) in enumerate(relative)
+        for bound in ((rlb, True, i), (rub, False, i))
+    ]
+    bounds = sorted(interleaved, key=lambda bound: bound[0])
     sum_so_far = low_sum
     fair_prop = min_rlb
     sensitive_target_sum = 0.0

@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 SMOOTHING_COEFFICIENT: Final = 0.977
+_ONE_MINUS_SMOOTHING: Final = 0.023
 """A: the weight of the previous smoothed demand (half-life ≈ 30 periods ≈ 5 minutes)."""
 
 
@@ -60,8 +61,11 @@ class SeatDemandStats:
         self.average = observed.average
         self.stdev = stdev
         envelope = observed.average + stdev
-        a = SMOOTHING_COEFFICIENT
-        self.smoothed = max(envelope, a * self.smoothed + (1 - a) * envelope)
+        # (1 - A) is Go's compile-time constant, exactly 0.023: 1 - 0.977 in floating point is
+        # 0.02300000000000002, which moves the smoothed demand in its last bits.
+        self.smoothed = max(
+            envelope, SMOOTHING_COEFFICIENT * self.smoothed + _ONE_MINUS_SMOOTHING * envelope
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,14 @@ from dataclasses import dataclass
 
 __all__ = ["IntegratorResults", "Integrator"]
 
+_SECOND_NS = 1_000_000_000
+
+
+def _seconds(elapsed_ns: int) -> float:
+    """Go's ``Duration.Seconds()``: whole seconds plus the remaining nanoseconds / 1e9."""
+    seconds, nanoseconds = divmod(elapsed_ns, _SECOND_NS)
+    return seconds + nanoseconds / 1e9
+
 
 @dataclass(frozen=True, slots=True)
 class IntegratorResults:
@@ -36,16 +44,18 @@ class Integrator:
     """Integrates ``x`` over time with the exact semantics of the Kubernetes integrator.
 
     ``min`` and ``max`` start at 0 (not at the first sample); :meth:`reset` seeds both with
-    the current value.
+    the current value. Time is kept in integer nanoseconds, as Go's ``time.Time`` is, and each
+    interval converted to seconds as Go's ``Duration.Seconds()`` does: intervals given as
+    float seconds (1.001 to 1.002, say) then integrate exactly as their nanoseconds would.
 
     Args:
         now: The start time, in seconds.
     """
 
-    __slots__ = ("last_time", "x", "duration", "integral", "integral_of_squares", "min", "max")
+    __slots__ = ("last_ns", "x", "duration", "integral", "integral_of_squares", "min", "max")
 
     def __init__(self, now: float) -> None:
-        self.last_time = now
+        self.last_ns = round(now * 1e9)
         self.x = 0.0
         self.duration = 0.0
         self.integral = 0.0
@@ -54,24 +64,28 @@ class Integrator:
         self.max = 0.0
 
     def _update(self, now: float) -> None:
-        dt = now - self.last_time
-        if dt > 0:
+        now_ns = round(now * 1e9)
+        elapsed = now_ns - self.last_ns
+        if elapsed > 0:
+            dt = elapsed / 1e9 if elapsed < _SECOND_NS else _seconds(elapsed)
             x = self.x
             self.duration += dt
             self.integral += x * dt
             self.integral_of_squares += x * x * dt
-        self.last_time = now
+        self.last_ns = now_ns
 
     def set(self, x: float, now: float) -> None:
         """Integrate the old value up to ``now``, then take ``x`` as the new value."""
         # _update, inlined: this runs on every change of a level's seat demand.
-        dt = now - self.last_time
-        if dt > 0:
+        now_ns = round(now * 1e9)
+        elapsed = now_ns - self.last_ns
+        if elapsed > 0:
+            dt = elapsed / 1e9 if elapsed < _SECOND_NS else _seconds(elapsed)
             old = self.x
             self.duration += dt
             self.integral += old * dt
             self.integral_of_squares += old * old * dt
-        self.last_time = now
+        self.last_ns = now_ns
         self.x = x
         if x < self.min:
             self.min = x

@@ -23,6 +23,10 @@ I = AllocationItem  # noqa: E741
         (0, [I(3, 0, 5)], [0], 0),
         (4, [I(2, 2, 5), I(4, 2, 5)], [2, 2], 0.5),  # constrained from below
         (10, [I(2, 2, 5), I(4, 2, 5)], [5, 5], 2.5),  # constrained from above
+        # Tied relative bounds, crossed in Go's order (lower 0, upper 0, lower 1, ...: a stable
+        # insertion sort): the float sums come out exact, where another order of the ties gives
+        # 0.4999999999998331 each, which rounds to a limit of 0 instead of 1.
+        (1, [I(7, 0, 0), I(0, 0, 1000), I(0, 0, 1000)], [0, 0.5, 0.5], 500),
     ],
 )
 def test_vectors(required: int, items: list[I], allocs: list[float], fair: float) -> None:
