@@ -212,7 +212,7 @@ def render_plan(config: Configuration, plan: ConfigurationPlan, *, source: str) 
     ]
     level_rows = [_level_row(level) for level in plan.levels]
     lines.extend(format_table(_LEVEL_HEADERS, level_rows, _LEVEL_RIGHT))
-    schemas = order_flow_schemas(config.flow_schemas)
+    schemas = order_flow_schemas(config.flow_schemas, config.imagined_flow_schemas)
     lines += ["", f"Flow schemas ({len(schemas)}, in matching order):"]
     schema_rows = [_schema_row(schema) for schema in schemas]
     lines.extend(format_table(_SCHEMA_HEADERS, schema_rows, _SCHEMA_RIGHT))

@@ -145,7 +145,7 @@ def default_configuration() -> Configuration:
     hand 6, 50 per queue) for authenticated traffic, fair per user; ``workload-low`` (90 shares,
     90% lendable, 128/6/50) for anonymous traffic, fair per client IP. Schemas, by precedence:
     ``exempt`` (1); ``probes`` (2: ``get``/``head`` of ``/healthz``, ``/readyz``, ``/livez``,
-    ``/health`` and below, exempt); ``anonymous`` (9000: ``system:anonymous`` and
+    ``/health``, ``/metrics`` and below, exempt); ``anonymous`` (9000: ``system:anonymous`` and
     ``system:unauthenticated`` -> workload-low, by client IP); ``global-default`` (9900:
     everyone else -> global-default, by user); ``catch-all`` (10000). ServerCL 600, queue wait
     limit 15 s, borrowing period 10 s.
@@ -184,6 +184,9 @@ def default_configuration() -> Configuration:
             _schema("global-default", "global-default", 9900, "ByUser", _everything(_groups("*"))),
             _CATCH_ALL_SCHEMA,
         ),
+        # As loaded from its documented YAML (docs/defaults.md), which leaves the mandatory
+        # schemas to the loader.
+        imagined_flow_schemas=(EXEMPT, CATCH_ALL),
     )
 
 

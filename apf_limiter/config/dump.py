@@ -44,7 +44,12 @@ def dump_config(config: Configuration, *, form: str = "short") -> dict[str, obje
         "priorityLevels": [
             dump_priority_level(level, form=form) for level in config.priority_levels
         ],
-        "flowSchemas": [dump_flow_schema(schema, form=form) for schema in config.flow_schemas],
+        # Mandatory schemas the configuration did not give stay out: loading adds them again.
+        "flowSchemas": [
+            dump_flow_schema(schema, form=form)
+            for schema in config.flow_schemas
+            if schema.name not in config.imagined_flow_schemas
+        ],
     }
 
 

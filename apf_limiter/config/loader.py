@@ -110,6 +110,7 @@ def load_documents(documents: Sequence[object]) -> Configuration:
     if problems:
         raise ConfigError(problems.items)
     server_limit, wait_limit, period = settings
+    schemas = [build_flow_schema(d) for d in schema_drafts]
     return Configuration(
         server_concurrency_limit=server_limit,
         request_wait_limit=wait_limit,
@@ -117,8 +118,11 @@ def load_documents(documents: Sequence[object]) -> Configuration:
         priority_levels=_with_mandatory(
             [build_priority_level(d) for d in level_drafts], MANDATORY_PRIORITY_LEVELS
         ),
-        flow_schemas=_with_mandatory(
-            [build_flow_schema(d) for d in schema_drafts], MANDATORY_FLOW_SCHEMAS
+        flow_schemas=_with_mandatory(schemas, MANDATORY_FLOW_SCHEMAS),
+        imagined_flow_schemas=tuple(
+            mandatory.name
+            for mandatory in MANDATORY_FLOW_SCHEMAS
+            if all(schema.name != mandatory.name for schema in schemas)
         ),
     )
 

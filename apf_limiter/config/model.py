@@ -257,6 +257,10 @@ class Configuration:
         borrowing_period: Seconds between borrowing adjustments.
         priority_levels: All priority levels, mandatory ones included.
         flow_schemas: All flow schemas, mandatory ones included (in the order given).
+        imagined_flow_schemas: Names of the mandatory flow schemas (``exempt``, ``catch-all``)
+            that the configuration did not give and the loader added. Kubernetes tries an added
+            ``exempt`` first and an added ``catch-all`` last, whatever the others' precedence;
+            given ones are sorted by precedence and name like the rest.
     """
 
     server_concurrency_limit: int = 600
@@ -264,6 +268,7 @@ class Configuration:
     borrowing_period: float = 10.0
     priority_levels: tuple[PriorityLevel, ...] = ()
     flow_schemas: tuple[FlowSchema, ...] = ()
+    imagined_flow_schemas: tuple[str, ...] = ()
 
     def priority_level(self, name: str) -> PriorityLevel:
         """Return the level named ``name``.

@@ -12,13 +12,12 @@ otherwise, so a repeat flow costs a dictionary lookup and its flow hash is compu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import xxhash
 
-from apf_limiter.config.defaults import MANDATORY_FLOW_SCHEMAS
 from apf_limiter.config.model import FlowSchema
 from apf_limiter.digest import RequestDigest
 from apf_limiter.engine.match_index import MatchIndex
@@ -34,7 +33,6 @@ __all__ = [
 
 EXEMPT_FLOW_SCHEMA: Final = "exempt"
 CATCH_ALL_FLOW_SCHEMA: Final = "catch-all"
-_BUILT_IN_EXEMPT, _BUILT_IN_CATCH_ALL = MANDATORY_FLOW_SCHEMAS
 
 _UINT64: Final = 1 << 64
 # Per schema; bounds memory when distinguishers are unbounded (e.g. client addresses). Past the
@@ -88,18 +86,20 @@ class Classification:
     flow_hash: int
 
 
-def order_flow_schemas(flow_schemas: Sequence[FlowSchema]) -> tuple[FlowSchema, ...]:
+def order_flow_schemas(
+    flow_schemas: Sequence[FlowSchema], imagined: Collection[str] = ()
+) -> tuple[FlowSchema, ...]:
     """Return the schemas in matching order, as Kubernetes digests them.
 
     The schemas are sorted by matching precedence, then name (code-point order, which is the
-    byte order of UTF-8). A mandatory schema that the configuration did not supply — the
-    built-in object the loader added, :data:`~apf_limiter.config.MANDATORY_FLOW_SCHEMAS` —
-    goes first (``exempt``) or last (``catch-all``) instead; a supplied one is sorted with the
-    others, so a ``catch-all`` given in the configuration precedes a schema of the same
-    precedence whose name sorts after it.
+    byte order of UTF-8). A mandatory schema that the configuration did not give (named in
+    ``imagined``: :attr:`Configuration.imagined_flow_schemas`) goes first (``exempt``) or last
+    (``catch-all``) instead; a given one is sorted with the others, so a given ``catch-all``
+    precedes a schema of the same precedence whose name sorts after it.
 
     Args:
         flow_schemas: The schemas, in any order.
+        imagined: Names of the mandatory schemas that were added rather than given.
 
     Returns:
         The schemas in the order they are tried.
@@ -114,11 +114,11 @@ def order_flow_schemas(flow_schemas: Sequence[FlowSchema]) -> tuple[FlowSchema, 
         seen.add(schema.name)
 
     def key(schema: FlowSchema) -> tuple[int, int, str]:
-        # Identity, not equality: a supplied mandatory schema has the built-in spec too.
-        if schema is _BUILT_IN_EXEMPT:
-            return (0, 0, "")
-        if schema is _BUILT_IN_CATCH_ALL:
-            return (2, 0, "")
+        if schema.name in imagined:
+            if schema.name == EXEMPT_FLOW_SCHEMA:
+                return (0, 0, "")
+            if schema.name == CATCH_ALL_FLOW_SCHEMA:
+                return (2, 0, "")
         return (1, schema.matching_precedence, schema.name)
 
     return tuple(sorted(flow_schemas, key=key))
@@ -188,6 +188,8 @@ class Classifier:
     Args:
         flow_schemas: The schemas, in any order; names must be unique.
         hash_seed: The seed of the flow hash (reduced modulo 2**64).
+        imagined: Names of the mandatory schemas the configuration did not give (see
+            :func:`order_flow_schemas`).
 
     Raises:
         ValueError: On repeated schema names or an unusable distinguisher method.
@@ -195,9 +197,15 @@ class Classifier:
 
     __slots__ = ("_catch_all", "_flow_schemas", "_index", "_seed")
 
-    def __init__(self, flow_schemas: Sequence[FlowSchema], *, hash_seed: int) -> None:
+    def __init__(
+        self,
+        flow_schemas: Sequence[FlowSchema],
+        *,
+        hash_seed: int,
+        imagined: Collection[str] = (),
+    ) -> None:
         self._seed = hash_seed % _UINT64
-        self._flow_schemas = order_flow_schemas(flow_schemas)
+        self._flow_schemas = order_flow_schemas(flow_schemas, imagined)
         targets = [(schema, _Target(schema, self._seed)) for schema in self._flow_schemas]
         self._index = MatchIndex(targets)
         self._catch_all = next(

@@ -169,7 +169,9 @@ class Controller:
         self.quiesce_report: tuple[dict[str, int], list[str]] | None = None
         self.config = config
         self.nominal_limit_sum = 0
-        self.classifier = Classifier(config.flow_schemas, hash_seed=hash_seed)
+        self.classifier = Classifier(
+            config.flow_schemas, hash_seed=hash_seed, imagined=config.imagined_flow_schemas
+        )
         self.apply(config, now)
 
     # ----------------------------------------------------------------------------------------
@@ -184,7 +186,9 @@ class Controller:
         Returns:
             The requests dispatched by the change.
         """
-        classifier = Classifier(config.flow_schemas, hash_seed=self.hash_seed)
+        classifier = Classifier(
+            config.flow_schemas, hash_seed=self.hash_seed, imagined=config.imagined_flow_schemas
+        )
         dispatched: list[Request] = []
         configs: dict[str, PriorityLevel] = {pl.name: pl for pl in config.priority_levels}
         kept: dict[str, LevelState | None] = {name: self.levels.get(name) for name in configs}

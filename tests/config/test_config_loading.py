@@ -91,6 +91,7 @@ EXPECTED = Configuration(
     borrowing_period=2.5,
     priority_levels=(EXEMPT_LEVEL, WORKLOAD_HIGH, CATCH_ALL_LEVEL),
     flow_schemas=(EXEMPT_SCHEMA, API_USERS, CATCH_ALL_SCHEMA),
+    imagined_flow_schemas=("exempt", "catch-all"),  # the loader added them
 )
 
 
@@ -109,7 +110,9 @@ SCHEMA_OBJECT = full_object("FlowSchema", "api-users", SCHEMA_SPEC)
 
 def expected_objects_only() -> Configuration:
     return Configuration(
-        priority_levels=EXPECTED.priority_levels, flow_schemas=EXPECTED.flow_schemas
+        priority_levels=EXPECTED.priority_levels,
+        flow_schemas=EXPECTED.flow_schemas,
+        imagined_flow_schemas=EXPECTED.imagined_flow_schemas,
     )
 
 
@@ -135,6 +138,7 @@ def test_an_empty_dict_gives_the_mandatory_objects_and_default_settings() -> Non
         borrowing_period=10.0,
         priority_levels=MANDATORY_PRIORITY_LEVELS,
         flow_schemas=MANDATORY_FLOW_SCHEMAS,
+        imagined_flow_schemas=("exempt", "catch-all"),
     )
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import copy
 import random
-from dataclasses import replace
 
 import pytest
 import xxhash
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apf_limiter.config import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS, load_config
-from apf_limiter.config.dump import dump_flow_schema, dump_priority_level
+from apf_limiter.config.dump import dump_config, dump_flow_schema, dump_priority_level
 from apf_limiter.config.model import (
     FlowDistinguisherMethod,
     FlowSchema,
@@ -23,6 +23,7 @@ from apf_limiter.config.model import (
 from apf_limiter.digest import RequestDigest
 from apf_limiter.engine import classifier as classifier_module
 from apf_limiter.engine.classifier import Classifier, flow_hash, order_flow_schemas
+from apf_limiter.limiter import Limiter
 
 EVERY_URL = NonResourcePolicyRule(verbs=("*",), non_resource_urls=("*",))
 EVERY_RESOURCE = ResourcePolicyRule(
@@ -110,28 +111,23 @@ def test_order_by_precedence_then_name_supplied_mandatory_schemas_included() -> 
     assert [s.name for s in Classifier(schemas, hash_seed=0).flow_schemas] == names
 
 
-def test_built_in_mandatory_schemas_go_first_and_last() -> None:
-    # The loader adds the built-in objects when the configuration lacks them; Kubernetes puts
-    # an imagined exempt first and an imagined catch-all last, whatever the others' order.
-    built_in_exempt, built_in_catch_all = MANDATORY_FLOW_SCHEMAS
+def test_imagined_mandatory_schemas_go_first_and_last() -> None:
+    # The loader adds the mandatory schemas a configuration lacks; Kubernetes puts an imagined
+    # exempt first and an imagined catch-all last, whatever the others' order.
     before_exempt = schema("a-first", 1)  # precedence 1 and "a-first" < "exempt"
     after_catch_all = schema("late", 10000)  # precedence 10000 and "late" > "catch-all"
-    imagined = [built_in_catch_all, after_catch_all, before_exempt, built_in_exempt]
-    assert [s.name for s in order_flow_schemas(imagined)] == [
+    schemas = [CATCH_ALL, after_catch_all, before_exempt, EXEMPT]
+    imagined = ("exempt", "catch-all")
+    assert [s.name for s in order_flow_schemas(schemas, imagined)] == [
         "exempt",
         "a-first",
         "late",
         "catch-all",
     ]
-    # The same specs supplied by the configuration (equal, not the built-in objects): sorted.
-    supplied = [
-        replace(built_in_catch_all),
-        after_catch_all,
-        before_exempt,
-        replace(built_in_exempt),
-    ]
-    assert supplied[0] == built_in_catch_all and supplied[0] is not built_in_catch_all
-    assert [s.name for s in order_flow_schemas(supplied)] == [
+    classifier = Classifier(schemas, hash_seed=0, imagined=imagined)
+    assert [s.name for s in classifier.flow_schemas] == ["exempt", "a-first", "late", "catch-all"]
+    # The same schemas given by the configuration: sorted by precedence and name.
+    assert [s.name for s in order_flow_schemas(schemas)] == [
         "a-first",
         "exempt",
         "catch-all",
@@ -157,10 +153,19 @@ def test_catch_all_given_in_the_configuration_matches_before_a_later_named_schem
         "limited": {"nominalConcurrencyShares": 10, "limitResponse": {"type": "Reject"}},
     }
     alice = RequestDigest(user="alice", groups=("system:authenticated",))
-    without = Classifier(
-        load_config({"priorityLevels": [level], "flowSchemas": [late]}).flow_schemas, hash_seed=0
+    loaded = load_config({"priorityLevels": [level], "flowSchemas": [late]})
+    assert loaded.imagined_flow_schemas == ("exempt", "catch-all")
+    assert Limiter(loaded, hash_seed=0)._controller.classifier.classify(alice).flow_schema.name == (
+        "zzz"
     )
-    assert without.classify(alice).flow_schema.name == "zzz"
+    # Equal configurations classify alike: a dump leaves the imagined catch-all out and
+    # loading adds it again; a copy keeps the record of what was imagined.
+    for again in (load_config(dump_config(loaded)), copy.deepcopy(loaded)):
+        assert again == loaded
+        classifier = Classifier(
+            again.flow_schemas, hash_seed=0, imagined=again.imagined_flow_schemas
+        )
+        assert classifier.classify(alice).flow_schema.name == "zzz"
     # Both catch-all objects given, as a cluster has them (an FS referring to a mandatory
     # level that is not given would be dangling in Kubernetes).
     given = load_config(
@@ -169,9 +174,9 @@ def test_catch_all_given_in_the_configuration_matches_before_a_later_named_schem
             "flowSchemas": [late, dump_flow_schema(MANDATORY_FLOW_SCHEMAS[1])],
         }
     )
-    assert Classifier(given.flow_schemas, hash_seed=0).classify(alice).flow_schema.name == (
-        "catch-all"
-    )
+    assert given.imagined_flow_schemas == ("exempt",)
+    classifier = Classifier(given.flow_schemas, hash_seed=0, imagined=given.imagined_flow_schemas)
+    assert classifier.classify(alice).flow_schema.name == "catch-all"
 
 
 def test_first_matching_schema_wins() -> None:
