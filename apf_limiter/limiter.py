@@ -543,16 +543,22 @@ class Limiter:
         if request.state is not _WAITING:
             return
         now = self._clock.now()
+        # The adjustments that fell due come first, and one of them may dispatch this very
+        # request (its level's limit went up): then it has not timed out.
         self._catch_up(now)
+        if request.state is not _WAITING:
+            return
         self._settle(self._controller.cancel(request, now, timed_out=True))
         request.handle.set()
 
     def _abandon(self, request: Request) -> None:
         """The waiting task was cancelled: take the request out, or hand its seats back."""
         now = self._clock.now()
+        # Run the adjustments that fell due before reading the state: one of them may have
+        # dispatched the request, whose seats must then be handed back.
+        self._catch_up(now)
         state = request.state
         if state is _WAITING:
-            self._catch_up(now)
             self._settle(self._controller.cancel(request, now, timed_out=False))
             self._controller.record_rejection(request, now)
             if self._observer is not None:
@@ -570,6 +576,11 @@ class Limiter:
                     False,
                 )
             self._finish(request)
+        elif state is _TIMED_OUT:
+            # Its wait limit passed just before the cancellation reached the waiting task:
+            # the time-out is what happened. Record it as the woken task would have (the
+            # Retry-After tracker, the observer, the log); the cancellation propagates.
+            self._rejected(request, now)
 
     def _finish(self, request: Request) -> None:
         now = self._now()

@@ -9,7 +9,7 @@ import pytest
 
 from apf_limiter import Limiter, Rejected, RequestDigest
 from apf_limiter.testing import FakeClock
-from tests.helpers import single_level_config
+from tests.helpers import limited_level, single_level_config, subject_schema
 
 
 def _digest(user: str = "alice", **kwargs: Any) -> RequestDigest:
@@ -531,3 +531,118 @@ async def test_wait_after_release_or_time_out_never_pretends_to_admit() -> None:
     level = limiter.statistics().priority_levels["test"]
     assert (level.executing_requests, level.waiting_requests) == (0, 0)
     assert (level.cancelled, level.timed_out) == (2, 1)
+
+
+# --- races with a borrowing adjustment or a time-out that fell due ---------------------------
+
+
+def _borrowing_pair(wait_limit: float) -> dict[str, Any]:
+    """Levels ``la`` (1 queue) and ``lb``, half lendable each: ``la`` starts at 4 seats and
+    borrows ``lb``'s lendable seats at the first adjustment after it shows demand."""
+    return {
+        "serverConcurrencyLimit": 10,
+        "requestWaitLimit": wait_limit,
+        "priorityLevels": [
+            limited_level("la", 50, lendable=50, queues=1, hand_size=1, queue_length_limit=5),
+            limited_level("lb", 50, lendable=50),
+        ],
+        "flowSchemas": [
+            subject_schema("as", "la", group="a"),
+            subject_schema("bs", "lb", group="system:authenticated", precedence=500),
+        ],
+    }
+
+
+def _in_a(user: str) -> RequestDigest:
+    return RequestDigest(user=user, groups=("a", "system:authenticated"))
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_cancellation_as_an_adjustment_falls_due_hands_the_seats_back() -> None:
+    clock = FakeClock()
+    limiter = Limiter(_borrowing_pair(wait_limit=30), clock=clock, hash_seed=1)
+    holders = [Hold(limiter, _in_a(f"a{i}")) for i in range(4)]
+    await clock.advance(0)
+    assert limiter.statistics().priority_levels["la"].current_limit == 4
+    # The client goes away at t=10, when the adjustment that gives la more seats is due but
+    # has not run (the cancellation's timer comes first): the adjustment, run as the waiter
+    # leaves, dispatches it, and its seats must be handed back.
+    box: list[Hold] = []
+    clock.call_later(10, lambda: box[0].task.cancel())
+    waiter = Hold(limiter, _in_a("w"))
+    box.append(waiter)
+    await _settle()
+    await clock.advance(10)
+    await _settle()
+    assert waiter.task.cancelled()  # CancelledError, not an engine error
+    assert limiter.statistics().priority_levels["la"].executing_requests == 4
+    for holder in holders:
+        holder.release.set()
+    await _settle()
+    la = limiter.statistics().priority_levels["la"]
+    assert (la.executing_requests, la.executing_seats, la.waiting_requests) == (0, 0, 0)
+
+
+async def test_a_wait_limit_as_an_adjustment_falls_due_lets_the_adjustment_dispatch_first() -> None:
+    clock = FakeClock()
+    limiter = Limiter(_borrowing_pair(wait_limit=10), clock=clock, hash_seed=1)
+    holders = [Hold(limiter, _in_a(f"a{i}")) for i in range(5)]
+    await clock.advance(0)
+    assert [h.entered for h in holders] == [True] * 4 + [False]
+    await clock.advance(10)  # the wait limit and the adjustment, both due at t=10
+    await _settle()
+    assert holders[4].entered and holders[4].error is None
+    for holder in holders:
+        holder.release.set()
+    await _settle()
+    assert limiter.statistics().priority_levels["la"].executing_requests == 0
+
+
+class _Recorder:
+    """An observer that records rejections and cancellations."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def record(*args: Any) -> None:
+            if name in ("request_rejected", "request_cancelled"):
+                self.events.append((name, args[2] if name == "request_rejected" else ""))
+
+        return record
+
+
+async def test_a_time_out_just_before_a_cancellation_is_still_reported() -> None:
+    # The wait-limit timer fires and the waiting task is cancelled (a client disconnect) in
+    # the same pass of the event loop, before the task resumes: the request timed out, and
+    # that is what is recorded. (A FakeClock lets woken tasks run between timers, so the
+    # timer's callback is called here directly, as the event loop would.)
+    clock = FakeClock()
+    recorder = _Recorder()
+    limiter = Limiter(
+        single_level_config(limit=1, wait_limit=5),
+        clock=clock,
+        observer=recorder,  # type: ignore[arg-type]
+    )
+    running = Hold(limiter, _digest("a"))
+    await clock.advance(0)
+    admission = limiter.admit(_digest("b"))
+    assert not admission.start()
+    waiting = asyncio.get_running_loop().create_task(admission.wait())
+    await _settle()
+    request = admission._request
+    assert request is not None
+    limiter._on_wait_limit(request)  # the wait limit passes ...
+    waiting.cancel()  # ... and the client goes away, before the waiting task resumes
+    await _settle()
+    assert waiting.cancelled()
+    assert recorder.events == [("request_rejected", "time-out")]
+    assert limiter.statistics().flow_schemas["test"].rejected["time-out"] == 1
+    admission.release()  # nothing more to record
+    assert recorder.events == [("request_rejected", "time-out")]
+    running.release.set()
+    await _settle()

@@ -81,20 +81,13 @@ def _queue_set_families(families: FamilyBuilder, controller: Controller) -> Iter
     next_discounted_s: dict[Labels, float] = {}
     for name, state in list(controller.levels.items()):
         qs = state.queue_set
-        by_schema = getattr(qs, "no_accommodation_by_flow_schema", None)
-        if by_schema is not None:
-            for schema, count in list(by_schema.items()):
-                no_accommodation[(name, schema)] = count
-        elif qs.no_accommodation:
-            # Not split by flow schema by the engine: reported under an empty schema label.
-            no_accommodation[(name, "")] = qs.no_accommodation
+        for schema, count in list(qs.no_accommodation_by_flow_schema.items()):
+            no_accommodation[(name, schema)] = count
         epochs[(name, "true")] = qs.epoch_advances
         epochs[(name, "false")] = qs.epoch_advance_failures
         current_r[(name,)] = seat_seconds_float(qs.current_r)
-        for attribute, table in (("dispatch_r", dispatch_r), ("latest_s", latest_s)):
-            value = getattr(qs, attribute, None)
-            if value is not None:
-                table[(name,)] = seat_seconds_float(value)
+        dispatch_r[(name,)] = seat_seconds_float(qs.dispatch_r)
+        latest_s[(name,)] = seat_seconds_float(qs.latest_s)
         bounds = s_bounds(qs)
         if bounds is not None:
             next_s[(name, "min")], next_s[(name, "max")] = bounds[0], bounds[1]

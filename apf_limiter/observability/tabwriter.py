@@ -1,21 +1,30 @@
-"""An equivalent of Go's ``text/tabwriter``, for the Kubernetes-style debug dumps.
+r"""An equivalent of Go's ``text/tabwriter``, for the Kubernetes-style debug dumps.
 
 Kubernetes renders its APF dumps through a tab writer created with minimum cell width 8, tab
 width 0, padding 1 and pad character ``' '``; :func:`tabwrite` lays text out the same way, so
 that the dumps line up byte for byte with the upstream ones.
 
-How the layout works (as in Go): text is split into lines and each line into *cells* at tab
-characters. A cell is terminated by its tab; the text after a line's last tab is not part of
-any column and is printed as it is. A *column block* is a run of consecutive lines that all have
-a terminated cell in the same column; every cell of the block is padded to the block's width,
-the widest cell plus ``padding`` (at least ``minwidth``). Blocks are found column by column from
-the left, recursively, so a short line splits the blocks to its right. A line without any tab
-ends everything buffered so far (later lines start afresh).
+How the layout works (as in Go): text is split into lines (at ``\n`` or ``\f``) and each line
+into *cells* at tab characters (``\t``, or a vertical tab ``\v``, which with Go's flags all
+off lays out the same). A cell is terminated by its tab; the text after a line's last tab is
+not part of any column and is printed as it is. A *column block* is a run of consecutive lines
+that all have a terminated cell in the same column; every cell of the block is padded to the
+block's width, the widest cell plus ``padding`` (at least ``minwidth``). Blocks are found
+column by column from the left, recursively, so a short line splits the blocks to its right. A
+line without any tab, or one ended by a form feed, ends everything buffered so far (later lines
+start afresh); every line break is written as ``\n``.
 """
 
 from __future__ import annotations
 
+import re
+
 __all__ = ["tabwrite"]
+
+# Cell text can hold any character a request carried (a percent-decoded path, a user name):
+# these split cells and lines exactly where Go's writer splits them.
+_LINE_BREAK = re.compile("([\n\f])")
+_CELL_END = re.compile("[\t\v]")
 
 
 def tabwrite(
@@ -29,7 +38,8 @@ def tabwrite(
     r"""Align tab-separated ``text`` into columns exactly as Go's ``text/tabwriter`` does.
 
     Args:
-        text: Lines separated by ``"\n"``, cells terminated by ``"\t"``.
+        text: Lines separated by ``"\n"`` (or ``"\f"``), cells terminated by ``"\t"`` (or
+            ``"\v"``).
         minwidth: Minimal width of a cell, padding included.
         tabwidth: Width of a tab character (used only when ``padchar`` is a tab).
         padding: Padding added to the widest cell of a column block.
@@ -55,15 +65,15 @@ class _Writer:
         self.widths: list[int] = []
 
     def run(self, text: str) -> str:
-        raw_lines = text.split("\n")
-        # Every element but the last was terminated by a newline.
-        for raw in raw_lines[:-1]:
-            cells = raw.split("\t")
+        parts = _LINE_BREAK.split(text)  # line, break, line, break, ..., the partial line
+        for raw, line_break in zip(parts[:-1:2], parts[1::2], strict=True):
+            cells = _CELL_END.split(raw)
             self.lines.append(cells)
-            if len(cells) == 1:
-                # A line without cells cannot affect later columns: Go flushes here.
+            if line_break == "\f" or len(cells) == 1:
+                # A form feed always flushes; a line without cells cannot affect later
+                # columns, so Go flushes there too.
                 self._flush(partial=None)
-        partial = raw_lines[-1].split("\t")
+        partial = _CELL_END.split(parts[-1])
         if not partial[-1]:
             # Go adds the unterminated last cell of the partial line only when it has text.
             partial.pop()

@@ -29,6 +29,11 @@ GO_TABWRITER = [
     # Widths count characters, not bytes.
     ("µé\tb\nc\td\n", "µé      b\nc       d\n"),
     ("", ""),
+    # A vertical tab ends a cell like a tab; a form feed ends the line and flushes. (Cells can
+    # hold them: a percent-decoded path, a user name from an identify hook.)
+    ("a,\tb\vc,\td\n", "a,      b       c,      d\n"),
+    ("a,\tb\fc,\td\nxx,\tyyyyyyyyyy,\tz\n", "a,      b\nc,      d\nxx,     yyyyyyyyyy, z\n"),
+    ("x\fy\tz\n\fq\tr\v\n", "x\ny       z\n\nq       r       \n"),
 ]
 
 
