@@ -572,7 +572,11 @@ async def test_a_cancellation_as_an_adjustment_falls_due_hands_the_seats_back() 
     # has not run (the cancellation's timer comes first): the adjustment, run as the waiter
     # leaves, dispatches it, and its seats must be handed back.
     box: list[Hold] = []
-    clock.call_later(10, lambda: box[0].task.cancel() and None)
+
+    def leave() -> None:
+        box[0].task.cancel()
+
+    clock.call_later(10, leave)
     waiter = Hold(limiter, _in_a("w"))
     box.append(waiter)
     await _settle()
