@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from apf_limiter.config.problems import Problems, RawMapping, index, join
+from apf_limiter.config.problems import Problems, RawMapping, go_value, index, join
 from apf_limiter.config.reader import Reader
 
 __all__ = ["SETTINGS_KEYS", "OBJECT_KINDS", "LIST_KINDS", "Collected", "collect"]
@@ -99,7 +99,9 @@ def _collect_settings(
         if value is None:
             continue
         if isinstance(value, str) or not isinstance(value, Sequence):
-            problems.wrong_type(key, value, "must be a list")
+            # Reported without marking the path bad: objects from other documents are
+            # addressed under it too (priorityLevels[<name>]) and keep their own problems.
+            problems.add(key, f"Invalid value: {go_value(value)}: must be a list")
             continue
         entries.extend(value)
 

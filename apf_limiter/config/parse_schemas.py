@@ -62,8 +62,10 @@ def parse_flow_schema(raw: RawMapping, position: int, problems: Problems) -> Flo
         draft.priority_level = reference.string("name") or ""
     method = spec.mapping("distinguisherMethod", ("type", "header"))
     if method is not None:
+        # An empty header is no header (Go's zero value), also when compared with the fixed
+        # spec of a mandatory schema.
         draft.distinguisher = DistinguisherDraft(
-            type=method.string("type") or "", header=method.string("header")
+            type=method.string("type") or "", header=method.string("header") or None
         )
     draft.rules = [_parse_rule(rule) for rule in spec.mappings("rules", _RULE_KEYS)]
     draft.clean = len(problems) == before

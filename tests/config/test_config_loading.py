@@ -6,10 +6,12 @@ import copy
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from apf_limiter.config.defaults import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS
+from apf_limiter.config.dump import dump_flow_schema
 from apf_limiter.config.loader import load_config, load_config_text
 from apf_limiter.config.model import (
     Configuration,
@@ -307,6 +309,32 @@ def test_config_error_message_lists_every_problem() -> None:
         "  requestWaitLimit: Invalid value: 0: must be positive\n"
         "  borrowingPeriod: Invalid value: 0: must be positive"
     )
+
+
+def test_a_settings_list_of_the_wrong_type_hides_no_other_document_s_problems() -> None:
+    level = full_object("PriorityLevelConfiguration", "x", {"type": "Bogus"})
+    schema = full_object(
+        "FlowSchema", "y", {"priorityLevelConfiguration": {"name": "x"}, "matchingPrecedence": -1}
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config([{"priorityLevels": "oops", "flowSchemas": 5}, level, schema])
+    problems = [(p.path, p.message) for p in caught.value.problems]
+    assert ("priorityLevels", 'Invalid value: "oops": must be a list') in problems
+    assert ("flowSchemas", "Invalid value: 5: must be a list") in problems
+    assert (
+        "priorityLevels[x].spec.type",
+        'Unsupported value: "Bogus": supported values: "Exempt", "Limited"',
+    ) in problems
+    assert any(path == "flowSchemas[y].spec.matchingPrecedence" for path, _ in problems)
+
+
+def test_an_empty_distinguisher_header_is_no_header_even_for_the_mandatory_catch_all() -> None:
+    catch_all = dump_flow_schema(MANDATORY_FLOW_SCHEMAS[1])
+    spec: dict[str, Any] = {key: value for key, value in catch_all.items() if key != "name"}
+    spec["distinguisherMethod"] = {"type": "ByUser", "header": ""}
+    config = load_config({"flowSchemas": [{"name": "catch-all", **spec}]})
+    assert config.flow_schemas[-1] == MANDATORY_FLOW_SCHEMAS[1]
+    assert config.imagined_flow_schemas == ("exempt",)
 
 
 def test_settings_accept_integers_and_floats() -> None:
