@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -650,3 +651,17 @@ async def test_a_time_out_just_before_a_cancellation_is_still_reported() -> None
     assert recorder.events == [("request_rejected", "time-out")]
     running.release.set()
     await _settle()
+
+
+def test_a_hand_built_configuration_with_a_dangling_schema_is_refused_clearly() -> None:
+    from apf_limiter.config import load_config
+    from apf_limiter.config.model import FlowSchema
+
+    valid = load_config({})
+    dangling = replace(valid, flow_schemas=(*valid.flow_schemas, FlowSchema("x", "nowhere")))
+    with pytest.raises(ValueError, match="flow schema 'x' refers to priority level 'nowhere'"):
+        Limiter(dangling, clock=FakeClock())
+    limiter = Limiter(valid, clock=FakeClock())
+    with pytest.raises(ValueError, match="'nowhere'"):
+        limiter.reconfigure(dangling)
+    assert limiter.config is valid  # nothing changed

@@ -185,7 +185,19 @@ class Controller:
 
         Returns:
             The requests dispatched by the change.
+
+        Raises:
+            ValueError: If a flow schema refers to a level the configuration lacks (possible
+                only for a hand-built :class:`Configuration`; nothing is changed then).
         """
+        level_names = {pl.name for pl in config.priority_levels}
+        for schema in config.flow_schemas:
+            if schema.priority_level not in level_names:
+                raise ValueError(
+                    f"flow schema {schema.name!r} refers to priority level "
+                    f"{schema.priority_level!r}, which the configuration lacks (build "
+                    "configurations with load_config, which validates them)"
+                )
         classifier = Classifier(
             config.flow_schemas, hash_seed=self.hash_seed, imagined=config.imagined_flow_schemas
         )
