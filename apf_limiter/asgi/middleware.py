@@ -131,7 +131,7 @@ class APFMiddleware:
         self._estimate = estimate
         self._long_running = long_running
         self._more_hooks = resolve is not None or estimate is not None or long_running is not None
-        self._routes = RouteLookup(paths)
+        self._routes = RouteLookup(paths, app)
         self._on_reject = on_reject
         self._wait_limit = wait_limit
         self._headers = HeaderNames(
@@ -174,7 +174,14 @@ class APFMiddleware:
             await self._reject(scope, receive, send, rejected)
             return
         if not admitted:
-            waited = await wait_watching_disconnect(admission, receive, self._max_body_buffer)
+            try:
+                waited = await wait_watching_disconnect(admission, receive, self._max_body_buffer)
+            except BaseException:
+                # Cancelled (an outer timeout, the server) while waiting, or in the instant
+                # after the seats came, as the watcher winds down: leave the queue, or give
+                # the seats back (release() does whichever applies, once).
+                admission.release()
+                raise
             if waited.rejected is not None:
                 await self._reject(scope, waited.receive, send, waited.rejected)
                 return
@@ -230,7 +237,7 @@ class APFMiddleware:
             estimated: Any = self._estimate(scope)
             if inspect.isawaitable(estimated):
                 estimated = await estimated
-            if isinstance(estimated, int):
+            if isinstance(estimated, int) and not isinstance(estimated, bool):
                 estimated = WorkEstimate(estimated)
             elif estimated is not None and not isinstance(estimated, WorkEstimate):
                 raise TypeError(
@@ -240,7 +247,11 @@ class APFMiddleware:
         long_running: bool | None = None
         if self._long_running is not None:
             marked: Any = self._long_running(scope)
-            long_running = await marked if inspect.isawaitable(marked) else marked
+            if inspect.isawaitable(marked):
+                marked = await marked
+            if marked is not None and not isinstance(marked, bool):
+                raise TypeError(f"long_running() must return a bool or None, got {marked!r}")
+            long_running = marked
         return self._classified(scope, identity, resource, estimate, long_running)
 
     def _classified(

@@ -4,8 +4,11 @@ Two sources, in this order:
 
 1. The endpoint the application will route the request to, marked with
    :func:`~apf_limiter.asgi.route_options`. The middleware runs before the router, so it
-   matches the request against ``scope["app"].routes`` itself (Starlette and FastAPI routers,
-   mounts and hosts included). An application with no marked endpoint pays one cached check.
+   matches the request against the application's routes itself (Starlette and FastAPI routers,
+   mounts and hosts included): ``scope["app"]``, which Starlette sets when the middleware is
+   added with ``add_middleware``, else the application the middleware wraps (found through the
+   ``app`` attributes of any middleware in between). An application with no marked endpoint
+   pays one cached check.
 2. The middleware's ``paths=`` mapping, whose keys are ``nonResourceURLs`` patterns
    (``/reports`` covers ``/reports`` and everything below it, ``/reports/*`` only what is
    below, ``*`` every path); the longest matching pattern wins.
@@ -44,15 +47,18 @@ class RouteLookup:
 
     Args:
         paths: ``nonResourceURLs`` patterns to options, or ``None``.
+        app: The application the middleware wraps: its routes are used when the scope does
+            not name the application (``APFMiddleware(app)`` rather than ``add_middleware``).
 
     Raises:
         ValueError: If a pattern is not ``*`` and does not start with ``/``.
         TypeError: If a value is not a :class:`RouteOptions`.
     """
 
-    __slots__ = ("_paths", "_apps")
+    __slots__ = ("_paths", "_apps", "_wrapped")
 
-    def __init__(self, paths: Mapping[str, RouteOptions] | None = None) -> None:
+    def __init__(self, paths: Mapping[str, RouteOptions] | None = None, app: object = None) -> None:
+        self._wrapped = _routed_app(app)
         items = list((paths or {}).items())
         for pattern, options in items:
             if pattern != "*" and not pattern.startswith("/"):
@@ -88,7 +94,7 @@ class RouteLookup:
         return options
 
     def _from_endpoint(self, scope: Scope) -> RouteOptions | None:
-        app = scope.get("app")
+        app = scope.get("app") or self._wrapped
         if app is None:
             return None
         routes = getattr(app, "routes", None)
@@ -103,6 +109,15 @@ class RouteLookup:
         elif not known[2]:
             return None
         return endpoint_options(_match_endpoint(routes, scope, 0))
+
+
+def _routed_app(app: object) -> object:
+    """The first application with routes down a chain of wrapping middleware, or ``None``."""
+    for _ in range(_MAX_DEPTH):
+        if app is None or getattr(app, "routes", None) is not None:
+            return app
+        app = getattr(app, "app", None)
+    return None
 
 
 def _children(route: Any) -> Sequence[Any] | None:

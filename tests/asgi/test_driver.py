@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -237,6 +238,30 @@ async def test_cancelled_while_queued_leaves_the_queue() -> None:
         await task
     assert limiter.statistics().waiting_requests == 0 and app.calls == 0
     await held.__aexit__(None, None, None)
+
+
+@pytest.mark.parametrize("loop_passes", [0, 1, 2, 3])
+async def test_cancelled_in_the_instant_after_dispatch_gives_the_seats_back(
+    loop_passes: int,
+) -> None:
+    # The request's seats come, then its task is cancelled (an outer timeout, say) while the
+    # disconnect watcher is still winding down: the seats must go back, not leak.
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    driver = Driver()
+    app = RecordingApp(reads=0)
+    task = asyncio.create_task(
+        APFMiddleware(app, limiter=limiter)(http_scope(), driver.receive, driver.send)
+    )
+    await settle(lambda: limiter.statistics().waiting_requests == 1)
+    await held.__aexit__(None, None, None)  # the seat goes to the queued request
+    for _ in range(loop_passes):
+        await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.executing_seats, level.waiting_requests) == (0, 0, 0)
 
 
 async def test_queued_request_that_hits_its_wait_limit_gets_429() -> None:

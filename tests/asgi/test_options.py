@@ -232,6 +232,32 @@ async def test_route_options_on_starlette_endpoints_including_mounts(path: str, 
     assert admission.seats == seats
 
 
+class _Recording:
+    """A middleware between APF and the app that records the admission it sees."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.seen: list[Admission] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.seen.append(scope["state"]["apf"])
+        await self.app(scope, receive, send)
+
+
+@pytest.mark.parametrize(("path", "seats"), [("/marked", 4), ("/sub/app/deep", 4), ("/plain", 1)])
+async def test_route_options_when_the_middleware_wraps_the_app_directly(
+    path: str, seats: int
+) -> None:
+    # APFMiddleware(app) rather than app.add_middleware(): no scope["app"] names the routes, so
+    # the middleware finds them on the app it wraps (through the middleware in between).
+    recording = _Recording(_starlette({"seats": 4}))
+    middleware = APFMiddleware(recording, limiter=Limiter(_config(), clock=FakeClock()))
+    driver = Driver()
+    await middleware(http_scope(path), driver.receive, driver.send)
+    (admission,) = recording.seen
+    assert admission.seats == seats
+
+
 @pytest.mark.parametrize(
     ("path", "seats"),
     [("/api/v1/items", 4), ("/api/v1/nested/deep", 3), ("/api/v1/plain", 1), ("/direct", 2)],
@@ -365,3 +391,9 @@ async def test_hooks_returning_the_wrong_type_fail_loudly() -> None:
         await _admit(http_scope("/x"), resolve=wrong)
     with pytest.raises(TypeError, match="estimate"):
         await _admit(http_scope("/x"), estimate=wrong)
+    with pytest.raises(TypeError, match="estimate"):
+        await _admit(http_scope("/x"), estimate=lambda scope: True)  # a bool is not a seat count
+    with pytest.raises(TypeError, match="long_running"):
+        await _admit(http_scope("/x"), long_running=wrong)
+    with pytest.raises(TypeError, match="long_running"):
+        await _admit(http_scope("/x"), long_running=lambda scope: 0)
