@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from apf_limiter.engine.seat_seconds import to_nanoseconds
+
 __all__ = ["IntegratorResults", "Integrator"]
 
 _SECOND_NS = 1_000_000_000
@@ -55,7 +57,7 @@ class Integrator:
     __slots__ = ("last_ns", "x", "duration", "integral", "integral_of_squares", "min", "max")
 
     def __init__(self, now: float) -> None:
-        self.last_ns = round(now * 1e9)
+        self.last_ns = to_nanoseconds(now)
         self.x = 0.0
         self.duration = 0.0
         self.integral = 0.0
@@ -64,7 +66,7 @@ class Integrator:
         self.max = 0.0
 
     def _update(self, now: float) -> None:
-        now_ns = round(now * 1e9)
+        now_ns = to_nanoseconds(now)
         elapsed = now_ns - self.last_ns
         if elapsed > 0:
             dt = elapsed / 1e9 if elapsed < _SECOND_NS else _seconds(elapsed)
@@ -76,8 +78,9 @@ class Integrator:
 
     def set(self, x: float, now: float) -> None:
         """Integrate the old value up to ``now``, then take ``x`` as the new value."""
-        # _update, inlined: this runs on every change of a level's seat demand.
-        now_ns = round(now * 1e9)
+        # _update, inlined: this runs on every change of a level's seat demand. So is
+        # to_nanoseconds, for a clock reading (never negative).
+        now_ns = int(now * 1e9 + 0.5)
         elapsed = now_ns - self.last_ns
         if elapsed > 0:
             dt = elapsed / 1e9 if elapsed < _SECOND_NS else _seconds(elapsed)

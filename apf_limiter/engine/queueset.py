@@ -554,7 +554,8 @@ class QueueSet:
             if not executing and not waiting:
                 self.active_queues -= 1
             # Charged G per seat at dispatch; correct for the actual service time S.
-            service_ns = round((now - request.start_time) * 1e9)
+            # to_nanoseconds, inlined (a service time is never negative).
+            service_ns = int((now - request.start_time) * 1e9 + 0.5)
             product = request.initial_seats * (ESTIMATED_SERVICE_NS - service_ns)
             if -_EXACT < product < _EXACT:
                 # Integer rounding (see _EXACT), inline: this runs for every request.
@@ -679,16 +680,17 @@ class QueueSet:
         limit = self.concurrency_limit
         if seats > limit:
             seats = limit
+        elapsed_ns = int(elapsed * 1e9 + 0.5)  # to_nanoseconds, inlined (elapsed > 0 here)
         if active == 1:
             # The common case: an integral rate allows exact integer arithmetic (and
             # integer rounding inline, see _EXACT: this runs on every arrival and completion).
-            product = seats * round(elapsed * 1e9)
+            product = seats * elapsed_ns
             if product < _EXACT:
                 increment = (product + 5) // 10
             else:
-                increment = seats_times_duration(seats, round(elapsed * 1e9))
+                increment = seats_times_duration(seats, elapsed_ns)
         else:
-            increment = seats_times_duration(seats / active, round(elapsed * 1e9))
+            increment = seats_times_duration(seats / active, elapsed_ns)
         current_r = self.current_r
         new_r = (current_r + increment) & MASK
         if new_r < current_r:

@@ -11,6 +11,7 @@ from apf_limiter.engine.seat_seconds import (
     seat_seconds_float,
     seat_seconds_str,
     seats_times_duration,
+    to_nanoseconds,
 )
 
 SECOND = 1_000_000_000
@@ -77,3 +78,19 @@ def test_negative_durations_wrap_modulo_2_64() -> None:
 )
 def test_go_round_is_half_away_from_zero(x: float, rounded: int) -> None:
     assert go_round(x) == rounded
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ns"),
+    [
+        (0.0, 0),
+        (1e-9, 1),
+        (0.0015, 1_500_000),
+        (12345.678901234, 12_345_678_901_234),
+        (2.5e-9, 3),  # halves away from zero (Python's round() would give 2)
+        (-2.5e-9, -3),
+        (-0.0015, -1_500_000),
+    ],
+)
+def test_to_nanoseconds_is_the_nearest_with_halves_away_from_zero(seconds: float, ns: int) -> None:
+    assert to_nanoseconds(seconds) == ns

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from apf_limiter.engine.queueset import QueueSet
 from apf_limiter.engine.request import Request
-from apf_limiter.engine.seat_seconds import ESTIMATED_SERVICE_NS, MASK, seats_times_duration
+from apf_limiter.engine.seat_seconds import (
+    ESTIMATED_SERVICE_NS,
+    MASK,
+    seats_times_duration,
+    to_nanoseconds,
+)
 
 _NS = 1e-9
 
@@ -47,7 +52,7 @@ def test_finish_corrects_the_queue_for_the_actual_service_time(seats: int, servi
     before = queue.next_dispatch_r
     start = request.start_time
     qs.finish(request, start + service_ns * _NS)
-    actual_ns = round((start + service_ns * _NS - start) * 1e9)
+    actual_ns = to_nanoseconds(start + service_ns * _NS - start)
     correction = seats_times_duration(seats, ESTIMATED_SERVICE_NS - actual_ns)
     assert queue.next_dispatch_r == (before - correction) & MASK
 
@@ -62,6 +67,6 @@ def test_virtual_time_advances_by_the_seats_in_use_times_elapsed_time(
     qs, request = _started(seats, 0)
     before = qs.current_r
     now = request.start_time + elapsed_ns * _NS
-    actual_ns = round((now - qs.last_real_time) * 1e9)
+    actual_ns = to_nanoseconds(now - qs.last_real_time)
     qs.sync_time(now)
     assert qs.current_r == (before + seats_times_duration(seats, actual_ns)) & MASK
