@@ -12,6 +12,8 @@ from apf_limiter.engine.seat_seconds import (
 )
 
 if TYPE_CHECKING:
+    from apf_limiter.digest import RequestDigest
+    from apf_limiter.engine.controller import FlowSchemaCounters, LevelState
     from apf_limiter.engine.queueset import Queue
 
 __all__ = ["RequestState", "Request"]
@@ -95,15 +97,16 @@ class Request:
         "counters",
     )
 
-    # Declared for type checkers: these slots are filled in as the request goes along.
+    # Declared for type checkers (and, concretely typed, read natively by the compiled build):
+    # these slots are filled in as the request goes along.
     arrival_time: float
     arrival_r: int
     reject_reason: str
     queue_length_after_enqueue: int
     release_at: float
-    digest: Any
-    level: Any
-    counters: Any
+    digest: RequestDigest
+    level: LevelState
+    counters: FlowSchemaCounters
 
     def __init__(
         self,
