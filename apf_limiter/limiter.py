@@ -202,6 +202,8 @@ class Admission:
                 return
             if request.state is _TIMED_OUT:
                 raise limiter._rejection(request, limiter._controller.retry_after(request))
+            if request.state is RequestState.REJECTED:
+                raise RuntimeError("the request was rejected by start(): it never waited")
             raise RuntimeError(
                 f"the request is no longer waiting (it is {request.state.name.lower()}): "
                 "it was released"
@@ -371,7 +373,7 @@ class Limiter:
         self._borrowing_timer: Timer | None = None
         self._closed = False
         self._config_path: str | None = None
-        self._config_stamp: tuple[int, int, int] | None = None
+        self._config_stamp: bytes | None = None
         self._reload_interval = 0.0
         self._next_reload = _NEVER
         # One comparison on the fast path covers both kinds of housekeeping.
@@ -658,6 +660,9 @@ class Limiter:
             self._next_reload = now + self._reload_interval
             self.reload()
         self._catch_up(now)
+        # Both kinds may have moved (a reload check always does): the fast path's one
+        # comparison must see the next one, not this one again.
+        self._next_check = min(self._next_adjustment, self._next_reload)
 
     def _catch_up(self, now: float) -> None:
         """Run the borrowing adjustments that fell due up to ``now``."""
@@ -750,7 +755,9 @@ class Limiter:
             self._observer.configuration_rejected(error.problems)
 
     def _arm_borrowing_timer(self, now: float) -> None:
-        if self._borrowing_timer is None and self._controller.waiting_requests:
+        # A closed limiter runs no borrowing timer; its adjustments are replayed at the next
+        # call into it, as when no request waits.
+        if self._borrowing_timer is None and not self._closed and self._controller.waiting_requests:
             self._borrowing_timer = self._clock.call_later(
                 self._next_adjustment - now, self._on_borrowing_timer
             )
@@ -758,7 +765,10 @@ class Limiter:
     def _on_borrowing_timer(self) -> None:
         self._borrowing_timer = None
         now = self._clock.now()
-        self._catch_up(now)
+        # The timer was set for the next adjustment, so that one is due, even when the clock
+        # reads a hair before it (a FakeClock rounds delays to whole nanoseconds; asyncio fires
+        # timers within its clock resolution): otherwise it would re-arm itself for ~0 s, forever.
+        self._catch_up(max(now, self._next_adjustment))
         self._arm_borrowing_timer(now)
 
     def _cancel_borrowing_timer(self) -> None:
@@ -777,12 +787,18 @@ class Limiter:
         return f"<Limiter {'; '.join(parts)}>"
 
 
-def _stamp(path: str) -> tuple[int, int, int] | None:
+def _stamp(path: str) -> bytes | None:
+    """The file's content, or ``None`` if it cannot be read.
+
+    The content itself, not its modification time and size: a file rewritten in place with the
+    same size within the file system's timestamp resolution (or by ``cp -p``) has changed too.
+    Configuration files are small, and this runs at most every ``reload_interval``.
+    """
     try:
-        info = os.stat(path)
+        with open(path, "rb") as file:
+            return file.read()
     except OSError:
         return None
-    return (info.st_mtime_ns, info.st_size, info.st_ino)
 
 
 def _load(config: ConfigSource | None) -> Configuration:

@@ -665,3 +665,41 @@ def test_a_hand_built_configuration_with_a_dangling_schema_is_refused_clearly() 
     with pytest.raises(ValueError, match="'nowhere'"):
         limiter.reconfigure(dangling)
     assert limiter.config is valid  # nothing changed
+
+
+@pytest.mark.parametrize(("start", "period"), [(123.456, 10.0), (0.0, 0.2), (123.456, 2.5)])
+async def test_the_borrowing_timer_runs_on_schedule_at_any_clock_value(
+    start: float, period: float
+) -> None:
+    # The FakeClock rounds a timer's delay to whole nanoseconds, so the borrowing timer can
+    # fire a hair before the adjustment's float due time: it must still run it (it used to
+    # re-arm itself for 0 s, forever).
+    clock = FakeClock(start=start)
+    limiter = Limiter(single_level_config(limit=1, borrowing_period=period), clock=clock)
+    assert limiter.admit(_digest("a")).start()
+    assert not limiter.admit(_digest("b"), wait_limit=60).start()  # waits: the timer runs
+    before = limiter.statistics().adjustments
+    await asyncio.wait_for(clock.advance(20 * period), timeout=10)
+    assert limiter.statistics().adjustments == before + 20
+
+
+async def test_a_closed_limiter_arms_no_borrowing_timer() -> None:
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    limiter.close()
+    assert limiter.admit(_digest("a")).start()
+    assert not limiter.admit(_digest("b"), wait_limit=60).start()
+    assert clock.pending_timers == 1  # the wait limit's, and no borrowing timer
+    await clock.advance(25)
+    limiter.statistics()  # the adjustments that fell due run now, on their grid
+    assert limiter.statistics().adjustments == 1 + 2
+
+
+async def test_wait_after_a_rejected_start_says_so() -> None:
+    limiter = Limiter(single_level_config(limit=1, reject=True), clock=FakeClock())
+    assert limiter.admit(_digest("a")).start()
+    rejected = limiter.admit(_digest("b"))
+    with pytest.raises(Rejected):
+        rejected.start()
+    with pytest.raises(RuntimeError, match="rejected by start"):
+        await rejected.wait()

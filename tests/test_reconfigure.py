@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -301,6 +302,34 @@ async def test_hot_reload_of_a_file_good_and_bad(
     assert len(record.problems) == 2  # type: ignore[attr-defined]
     # Unchanged file: nothing to do.
     assert limiter.reload() is False
+
+
+async def test_reload_sees_a_same_size_rewrite_with_the_old_timestamp(tmp_path: Path) -> None:
+    # cp -p, rsync -t, or a file system with coarse timestamps: same size, same mtime.
+    path = tmp_path / "apf.json"
+    path.write_text(json.dumps(single_level_config(limit=2)))
+    before = path.stat()
+    clock = FakeClock()
+    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
+    changed = json.dumps(single_level_config(limit=3))
+    assert len(changed) == before.st_size
+    path.write_text(changed)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    await clock.advance(1)
+    assert limiter.statistics().priority_levels["test"].current_limit == 3
+
+
+async def test_a_reload_check_moves_the_next_check_on(tmp_path: Path) -> None:
+    # After a check that changes nothing, the fast path must not do housekeeping on every
+    # call until the next borrowing adjustment.
+    path = tmp_path / "apf.json"
+    path.write_text(json.dumps(single_level_config(limit=2)))
+    clock = FakeClock()
+    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
+    await clock.advance(1.5)
+    async with limiter.admit(RequestDigest(user="u")):
+        pass
+    assert limiter._next_check == pytest.approx(2.5)
 
 
 def test_reload_needs_a_file() -> None:
