@@ -373,7 +373,7 @@ class Limiter:
         self._borrowing_timer: Timer | None = None
         self._closed = False
         self._config_path: str | None = None
-        self._config_stamp: bytes | None = None
+        self._config_content: bytes | None = None
         self._reload_interval = 0.0
         self._next_reload = _NEVER
         # One comparison on the fast path covers both kinds of housekeeping.
@@ -403,7 +403,7 @@ class Limiter:
         """
         limiter = cls(path, clock=clock, hash_seed=hash_seed, observer=observer)
         limiter._config_path = os.fspath(path)
-        limiter._config_stamp = _stamp(limiter._config_path)
+        limiter._config_content = _read_config(limiter._config_path)
         if reload:
             if not reload_interval > 0:
                 raise ValueError(f"reload_interval must be positive, got {reload_interval!r}")
@@ -424,10 +424,10 @@ class Limiter:
         """
         if self._config_path is None:
             raise RuntimeError("reload() needs a limiter created with Limiter.from_file()")
-        stamp = _stamp(self._config_path)
-        if stamp == self._config_stamp:
+        content = _read_config(self._config_path)
+        if content == self._config_content:
             return False
-        self._config_stamp = stamp
+        self._config_content = content
         try:
             self.reconfigure(self._config_path)
         except ConfigError:
@@ -787,8 +787,8 @@ class Limiter:
         return f"<Limiter {'; '.join(parts)}>"
 
 
-def _stamp(path: str) -> bytes | None:
-    """The file's content, or ``None`` if it cannot be read.
+def _read_config(path: str) -> bytes | None:
+    """The file's content, or ``None`` if it cannot be read: what a reload compares.
 
     The content itself, not its modification time and size: a file rewritten in place with the
     same size within the file system's timestamp resolution (or by ``cp -p``) has changed too.

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from apf_limiter import ConfigError, Limiter, Rejected, RequestDigest
+from apf_limiter import Admission, ConfigError, Limiter, Rejected, RequestDigest
 from apf_limiter.testing import FakeClock
 from tests.helpers import (
     EVERYONE_EVERYTHING,
@@ -121,31 +121,39 @@ async def test_removed_busy_level_quiesces_then_disappears_and_can_return() -> N
         assert admission.priority_level == "b"
 
 
+# Levels a and b, then a alone; no periodic adjustment during the tests (period 1000 s).
+_BOTH = {
+    **_config(
+        [_level("a", 10, 4, 2), _level("b", 10, 4, 2)],
+        [_schema("fs-a", "a", "ga", 100), _schema("fs-b", "b", "gb", 100)],
+    ),
+    "borrowingPeriod": 1000,
+}
+_A_ONLY = {
+    **_config([_level("a", 10, 4, 2)], [_schema("fs-a", "a", "ga", 100)]),
+    "borrowingPeriod": 1000,
+}
+
+
+def _lingering_at_b(limiter: Limiter) -> Admission:
+    """A request of level b, started: 1 seat, then 1 final seat held for 10 s."""
+    admission = limiter.admit(
+        RequestDigest(user="u", groups=("gb",), seats=1, final_seats=1, additional_latency=10.0)
+    )
+    assert admission.start()
+    return admission
+
+
 async def test_a_level_holding_only_lingering_seats_is_idle_and_dropped() -> None:
     # Kubernetes' idle is "nothing waiting, nothing executing" (kubernetes-apf.md §4.8, §4.12):
     # final seats held for an additional latency do not keep a removed level alive.
     clock = FakeClock()
-    two = _config(
-        [_level("a", 10, 4, 2), _level("b", 10, 4, 2)],
-        [_schema("fs-a", "a", "ga", 100), _schema("fs-b", "b", "gb", 100)],
-    )
-    two["borrowingPeriod"] = 1000  # no periodic adjustment during the test
-    limiter = Limiter(two, clock=clock)
+    limiter = Limiter(_BOTH, clock=clock)
     nominal_a = limiter.statistics().priority_levels["a"].nominal_limit
-    lingering = RequestDigest(
-        user="u", groups=("gb",), seats=1, final_seats=1, additional_latency=10.0
-    )
-    admission = limiter.admit(lingering)
-    assert admission.start()
-    admission.release()  # finished; its final seat is held for 10 s
+    _lingering_at_b(limiter).release()  # finished; its final seat is held for 10 s
     assert limiter.statistics().priority_levels["b"].executing_seats == 1
     adjustments = limiter.statistics().adjustments
-    limiter.reconfigure(
-        {
-            **_config([_level("a", 10, 4, 2)], [_schema("fs-a", "a", "ga", 100)]),
-            "borrowingPeriod": 1000,
-        }
-    )
+    limiter.reconfigure(_A_ONLY)
     stats = limiter.statistics()
     assert "b" not in stats.priority_levels  # dropped at once, not quiescing
     assert stats.priority_levels["a"].nominal_limit > nominal_a
@@ -158,23 +166,9 @@ async def test_a_level_holding_only_lingering_seats_is_idle_and_dropped() -> Non
 
 async def test_a_removed_level_is_dropped_when_its_last_request_finishes_lingering() -> None:
     clock = FakeClock()
-    two = _config(
-        [_level("a", 10, 4, 2), _level("b", 10, 4, 2)],
-        [_schema("fs-a", "a", "ga", 100), _schema("fs-b", "b", "gb", 100)],
-    )
-    two["borrowingPeriod"] = 1000  # no periodic adjustment during the test
-    limiter = Limiter(two, clock=clock)
-    lingering = RequestDigest(
-        user="u", groups=("gb",), seats=1, final_seats=1, additional_latency=10.0
-    )
-    admission = limiter.admit(lingering)
-    assert admission.start()
-    limiter.reconfigure(
-        {
-            **_config([_level("a", 10, 4, 2)], [_schema("fs-a", "a", "ga", 100)]),
-            "borrowingPeriod": 1000,
-        }
-    )
+    limiter = Limiter(_BOTH, clock=clock)
+    admission = _lingering_at_b(limiter)
+    limiter.reconfigure(_A_ONLY)
     assert limiter.statistics().priority_levels["b"].quiescing  # it is still executing
     adjustments = limiter.statistics().adjustments
     admission.release()  # finishes: the level is idle although its final seat is held

@@ -119,11 +119,7 @@ def load_documents(documents: Sequence[object]) -> Configuration:
             [build_priority_level(d) for d in level_drafts], MANDATORY_PRIORITY_LEVELS
         ),
         flow_schemas=_with_mandatory(schemas, MANDATORY_FLOW_SCHEMAS),
-        imagined_flow_schemas=tuple(
-            mandatory.name
-            for mandatory in MANDATORY_FLOW_SCHEMAS
-            if all(schema.name != mandatory.name for schema in schemas)
-        ),
+        imagined_flow_schemas=tuple(m.name for m in _missing(schemas, MANDATORY_FLOW_SCHEMAS)),
     )
 
 
@@ -209,8 +205,14 @@ def _check_reference(draft: FlowSchemaDraft, level_names: set[str], problems: Pr
 _Entry = TypeVar("_Entry", PriorityLevel, FlowSchema)
 
 
-def _with_mandatory(given: list[_Entry], mandatory: tuple[_Entry, ...]) -> tuple[_Entry, ...]:
+def _missing(given: list[_Entry], mandatory: tuple[_Entry, ...]) -> list[_Entry]:
+    """The mandatory objects that ``given`` lacks (Kubernetes "imagines" them)."""
     names = {item.name for item in given}
-    first: list[_Entry] = [m for m in mandatory if m.name == EXEMPT and m.name not in names]
-    last: list[_Entry] = [m for m in mandatory if m.name == CATCH_ALL and m.name not in names]
+    return [m for m in mandatory if m.name not in names]
+
+
+def _with_mandatory(given: list[_Entry], mandatory: tuple[_Entry, ...]) -> tuple[_Entry, ...]:
+    missing = _missing(given, mandatory)
+    first = [m for m in missing if m.name == EXEMPT]
+    last = [m for m in missing if m.name == CATCH_ALL]
     return tuple(first + given + last)

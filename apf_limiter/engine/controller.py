@@ -34,12 +34,11 @@ __all__ = ["DEFAULT_MAX_SEATS", "Controller", "LevelState", "FlowSchemaCounters"
 _WAITING: Final = RequestState.WAITING
 _EXECUTING: Final = RequestState.EXECUTING
 
-# Kubernetes' work estimator caps every estimate at its global maximum, and uses it for a
-# level without a maxSeats of its own: 100 seats on the path of requests without RequestInfo
-# (max of the list and mutating estimators' maxima), which is what a hook's estimate is here.
 DEFAULT_MAX_SEATS: Final = 100
-"""Seat cap for levels without a computed maxSeats (exempt and Reject levels), as Kubernetes'
-estimator uses its global maximum there."""
+"""Kubernetes' work-estimator global maximum: the seat cap of every request, and the cap of a
+level without a maxSeats of its own (exempt and Reject levels). 100 is its value on the path of
+requests without RequestInfo (the larger of the list and mutating estimators' maxima), which is
+what a hook's estimate is here."""
 
 
 class FlowSchemaCounters:
@@ -112,8 +111,7 @@ class LevelState:
             now=now,
         )
         self.digested_max_seats = 0
-        self.max_seats = DEFAULT_MAX_SEATS
-        self.set_max_seats(plan.max_seats)
+        self.set_max_seats(plan.max_seats)  # sets max_seats
         self.uses_hash = desired > 1
         self.demand = SeatDemandStats()
         self.target = 0.0

@@ -10,7 +10,7 @@ import pytest
 
 from apf_limiter import Admission, Limiter, RequestDigest
 from apf_limiter.asgi import APFMiddleware
-from apf_limiter.asgi.types import Message, Receive, Scope, Send
+from apf_limiter.asgi.types import ASGIApp, Message, Receive, Scope, Send
 from apf_limiter.testing import FakeClock
 from tests.asgi.apps import level_config
 from tests.asgi.driver import Driver, http_scope, ok_app, settle, websocket_scope
@@ -224,15 +224,21 @@ async def test_app_exception_or_cancellation_propagates_unchanged_and_releases(
     assert limiter.statistics().executing_requests == 0
 
 
-async def test_cancelled_while_queued_leaves_the_queue() -> None:
-    limiter = _limiter(limit=1)
-    held = await _occupy(limiter)
+async def _queued_request(limiter: Limiter, app: ASGIApp) -> asyncio.Task[None]:
+    """A request through the middleware, running as a task, once it waits in a queue."""
     driver = Driver()
-    app = RecordingApp(reads=0)
     task = asyncio.create_task(
         APFMiddleware(app, limiter=limiter)(http_scope(), driver.receive, driver.send)
     )
     await settle(lambda: limiter.statistics().waiting_requests == 1)
+    return task
+
+
+async def test_cancelled_while_queued_leaves_the_queue() -> None:
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    app = RecordingApp(reads=0)
+    task = await _queued_request(limiter, app)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -248,12 +254,7 @@ async def test_cancelled_in_the_instant_after_dispatch_gives_the_seats_back(
     # disconnect watcher is still winding down: the seats must go back, not leak.
     limiter = _limiter(limit=1)
     held = await _occupy(limiter)
-    driver = Driver()
-    app = RecordingApp(reads=0)
-    task = asyncio.create_task(
-        APFMiddleware(app, limiter=limiter)(http_scope(), driver.receive, driver.send)
-    )
-    await settle(lambda: limiter.statistics().waiting_requests == 1)
+    task = await _queued_request(limiter, RecordingApp(reads=0))
     await held.__aexit__(None, None, None)  # the seat goes to the queued request
     for _ in range(loop_passes):
         await asyncio.sleep(0)
