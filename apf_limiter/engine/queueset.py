@@ -355,20 +355,25 @@ class QueueSet:
             request.state = RequestState.REJECTED
             request.reject_reason = "queue-full"
             return NOTHING
-        if not queue.waiting and not queue.executing:
+        waiting = queue.waiting
+        was_empty = not waiting
+        if was_empty and not queue.executing:
             self.active_queues += 1
             queue.next_dispatch_r = self.current_r
         request.queue = queue
         request.state = _WAITING
-        queue.waiting.append(request)
+        waiting.append(request)
         queue.initial_seats_sum += request.initial_seats
         queue.max_seats_sum += request.max_seats
         queue.total_work_sum += request.total_work
-        request.queue_length_after_enqueue = len(queue.waiting)
+        request.queue_length_after_enqueue = len(waiting)
         self.requests_waiting += 1
         self.seats_waiting += request.max_seats
-        self._bound_next_dispatch(queue)
-        self._push(queue)
+        if was_empty:
+            # Behind a head, a new request changes neither the head nor the queue's virtual
+            # time, so the queue's place in the dispatch index stands.
+            self._bound_next_dispatch(queue)
+            self._push(queue)
         dispatched = self._dispatch_as_much_as_possible()
         self._note_demand(now)
         return dispatched
@@ -490,17 +495,20 @@ class QueueSet:
         """(Re-)index a queue under its head's virtual finish time, or unindex it."""
         by_finish = self._by_finish
         old = queue.finish
+        waiting = queue.waiting
+        finish = (queue.next_dispatch_r + waiting[0].total_work) & MASK if waiting else None
+        if finish == old:
+            # Unchanged: re-indexing would only leave a stale duplicate in the heap.
+            return
         if old is not None:
             group = by_finish[old]
             if len(group) == 1:
                 del by_finish[old]
             else:
                 del group[bisect_left(group, queue.index)]
-        if not queue.waiting:
-            queue.finish = None
-            return
-        finish = (queue.next_dispatch_r + queue.waiting[0].total_work) & MASK
         queue.finish = finish
+        if finish is None:
+            return
         peers = by_finish.get(finish)
         if peers is None:
             by_finish[finish] = [queue.index]

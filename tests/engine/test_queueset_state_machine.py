@@ -10,6 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from apf_limiter.engine.queueset import QueueSet
 from apf_limiter.engine.request import Request, RequestState
+from apf_limiter.engine.seat_seconds import MASK
 
 TERMINAL = {
     RequestState.DONE,
@@ -181,6 +182,31 @@ class QueueSetMachine(RuleBasedStateMachine):
         assert qs.rejected_concurrency_limit == self.rejected["concurrency-limit"]
         assert qs.timed_out == self.timed_out
         assert qs.cancelled == self.cancelled
+
+    @invariant()
+    def dispatch_index_agrees_with_a_scan_of_every_queue(self) -> None:
+        qs = self.qs
+        groups: dict[int, list[int]] = {}
+        for queue in qs.queues:
+            if queue.waiting:
+                finish = (queue.next_dispatch_r + queue.waiting[0].total_work) & MASK
+                assert queue.finish == finish
+                groups.setdefault(finish, []).append(queue.index)
+            else:
+                assert queue.finish is None
+        assert qs._by_finish == groups
+        assert set(groups) <= set(qs._finishes)
+        # Kubernetes' scan: round robin after robin_index, the strictly smallest finish wins.
+        count = len(qs.queues)
+        best = None
+        best_finish = 0
+        for step in range(1, count + 1):
+            queue = qs.queues[(qs.robin_index + step) % count]
+            if queue.finish is not None and (best is None or queue.finish < best_finish):
+                best, best_finish = queue, queue.finish
+        robin_index = qs.robin_index
+        assert qs._find_dispatch_queue() is best
+        qs.robin_index = robin_index
 
     def teardown(self) -> None:
         # Drain everything: every request must end exactly once and no seat may leak.
