@@ -175,7 +175,7 @@ class Admission:
         wait_limit = self._wait_limit
         if wait_limit is None:
             wait_limit = limiter._config.request_wait_limit
-        self._timer = limiter._clock.call_later(wait_limit, limiter._on_wait_limit, request)
+        self._timer = limiter._clock.call_later(wait_limit, limiter._wait_limit_callback, request)
         limiter._arm_borrowing_timer(now)
         return False
 
@@ -378,6 +378,9 @@ class Limiter:
         self._next_reload = _NEVER
         # One comparison on the fast path covers both kinds of housekeeping.
         self._next_check = self._next_adjustment
+        # Bound once: every waiting request's wait-limit timer holds it, and binding it per
+        # timer would cost each waiting request another 64 bytes.
+        self._wait_limit_callback = self._on_wait_limit
         self._report_applied_config()
 
     @classmethod
