@@ -225,12 +225,27 @@ async def test_additional_latency_holds_final_seats_after_exit() -> None:
     assert limiter.statistics().priority_levels["test"].executing_seats == 0
 
 
+async def test_an_additional_latency_without_final_seats_holds_the_initial_seats() -> None:
+    # kubernetes-apf.md §4.3: a request holds MaxSeats = max(initial, final) until its
+    # additional latency has passed, whatever its final seats.
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=10), clock=clock)
+    async with limiter.admit(_digest(seats=2, additional_latency=1.0)) as admission:
+        assert (admission.final_seats, admission.additional_latency) == (0, 1.0)
+    assert limiter.statistics().priority_levels["test"].executing_seats == 2
+    await clock.advance(1.0)
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
 async def test_seats_are_clamped_to_max_seats() -> None:
     limiter = Limiter(single_level_config(limit=100, queues=8, hand_size=4), clock=FakeClock())
     # maxSeats = max(1, min(ceil(0.15 × 100), 100 // 4)) = 15
-    async with limiter.admit(_digest(seats=40, final_seats=50, additional_latency=1)) as adm:
+    async with limiter.admit(_digest(seats=40, final_seats=50, additional_latency=1.5)) as adm:
         assert adm.seats == 15
+        # As Kubernetes' estimators clamp: fewer final seats held longer, for the same final
+        # work (50 seats × 1.5 s = 15 seats × 5 s).
         assert adm.final_seats == 15
+        assert adm.additional_latency == 5.0
     assert limiter.statistics().priority_levels["test"].max_seats == 15
 
 

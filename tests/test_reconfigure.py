@@ -121,6 +121,35 @@ async def test_removed_busy_level_quiesces_then_disappears_and_can_return() -> N
         assert admission.priority_level == "b"
 
 
+async def test_a_level_removed_and_configured_again_keeps_its_retry_after() -> None:
+    # kubernetes-apf.md §6.8: the dropped-requests tracker is kept per level name for good.
+    clock = FakeClock(start=100.0)
+    config = single_level_config(limit=1, reject=True)
+    limiter = Limiter(config, clock=clock)
+
+    def drop(count: int) -> int:
+        retry_after = 0
+        for _ in range(count):
+            with pytest.raises(Rejected) as rejected:
+                limiter.admit(RequestDigest(user="u")).start()
+            retry_after = rejected.value.retry_after
+        return retry_after
+
+    holder = limiter.admit(RequestDigest(user="holder"))
+    assert holder.start()
+    for second, count in ((100, 5), (101, 11), (102, 1), (103, 11)):
+        await clock.advance(second - clock.now())
+        retry_after = drop(count)
+    assert retry_after == 4
+    holder.release()
+    limiter.reconfigure({**config, "priorityLevels": [], "flowSchemas": []})
+    assert "test" not in limiter.statistics().priority_levels
+    limiter.reconfigure(config)
+    holder = limiter.admit(RequestDigest(user="holder"))
+    assert holder.start()
+    assert drop(1) == 4  # the same second: counted, and the level's value stands
+
+
 # Levels a and b, then a alone; no periodic adjustment during the tests (period 1000 s).
 _BOTH = {
     **_config(

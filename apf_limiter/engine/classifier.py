@@ -62,7 +62,9 @@ def flow_hash(flow_schema_name: str, distinguisher: str, seed: int) -> int:
     Returns:
         An unsigned 64-bit integer, the input of the shuffle-sharding dealer.
     """
-    data = f"{flow_schema_name}\0{distinguisher}".encode()
+    # surrogatepass: a name from an application's own hook may hold a lone surrogate
+    # (json.loads of "\udcff", say); it must get a flow, not fail the request.
+    data = f"{flow_schema_name}\0{distinguisher}".encode("utf-8", "surrogatepass")
     return int(xxhash.xxh64_intdigest(data, seed=seed % _UINT64))
 
 

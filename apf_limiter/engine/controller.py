@@ -23,6 +23,11 @@ from apf_limiter.engine.concurrency import LevelPlan, plan_levels
 from apf_limiter.engine.queueset import NOTHING, QueueSet
 from apf_limiter.engine.request import Request, RequestState
 from apf_limiter.engine.retry_after import DroppedRequestsTracker
+from apf_limiter.engine.seat_seconds import (
+    duration_per_seat,
+    seats_times_duration,
+    to_nanoseconds,
+)
 from apf_limiter.engine.statistics import (
     FlowSchemaStatistics,
     LimiterStatistics,
@@ -143,6 +148,16 @@ def _queuing_shape(plan: LevelPlan) -> tuple[int, int, int]:
     return 0, 0, 0
 
 
+def _narrowed_latency(final_seats: int, latency: float, max_seats: int) -> float:
+    """The additional latency of final seats clamped to ``max_seats``, keeping their work.
+
+    Kubernetes' estimators clamp final seats this way: fewer seats, held longer, for the same
+    final work (and the queue set's clamp at dispatch does the same).
+    """
+    final_work = seats_times_duration(final_seats, to_nanoseconds(latency))
+    return duration_per_seat(final_work, max_seats) / 1e9
+
+
 class Controller:
     """Owns the priority levels of one configuration and routes requests through them.
 
@@ -205,9 +220,9 @@ class Controller:
         for name, state in self.levels.items():
             if name in configs:
                 continue
-            if state.is_drained:
-                self.tracker.forget(name)
-            else:
+            # A drained level just goes. Its Retry-After state stays: Kubernetes keeps it
+            # by level name for good, so a level configured again carries on where it was.
+            if not state.is_drained:
                 state.quiescing = True
                 configs[name] = state.config
                 kept[name] = state
@@ -308,13 +323,16 @@ class Controller:
         seats = digest.seats or 1
         if seats > max_seats:
             seats = max_seats
-        # Final seats mean something only with an additional latency to hold them for.
         final_seats = digest.final_seats
         latency = digest.additional_latency
-        if final_seats and latency > 0:
+        if latency > 0:
+            # The request holds its seats (the wider of its initial and final seats) until
+            # the latency has passed after it finishes, final seats or not (as Kubernetes).
             if final_seats > max_seats:
+                latency = _narrowed_latency(final_seats, latency, max_seats)
                 final_seats = max_seats
         else:
+            # Final seats mean something only with an additional latency to hold them for.
             final_seats = 0
             latency = 0.0
         # Kubernetes computes the flow (distinguisher and hash) only for a level that hashes:

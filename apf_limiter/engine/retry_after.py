@@ -131,14 +131,6 @@ class DroppedRequestsTracker:
         stats = self._levels.get(priority_level)
         return 1 if stats is None else stats.retry_after
 
-    def forget(self, priority_level: str) -> None:
-        """Drop the state of a removed priority level (no error if there is none).
-
-        Args:
-            priority_level: The priority level's name.
-        """
-        self._levels.pop(priority_level, None)
-
     def snapshot(self, priority_level: str) -> DroppedRequestsSnapshot | None:
         """The state of one level, or ``None`` if it has no recorded drops.
 

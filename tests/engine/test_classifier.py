@@ -556,3 +556,8 @@ def test_classification_matches_reference_and_is_deterministic(
     assert result.priority_level == result.flow_schema.priority_level
     assert result.flow_hash == flow_hash(expected, result.distinguisher, seed)
     assert again.classify(digest) == result == classifier.classify(digest)
+
+
+def test_a_name_with_a_lone_surrogate_gets_a_flow() -> None:
+    # An identify hook may hand over any str (json.loads('"\\udcff"') gives a lone surrogate).
+    assert flow_hash("users", "bad\udcff", 1) != flow_hash("users", "bad\udcfe", 1)

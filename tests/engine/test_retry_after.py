@@ -163,7 +163,7 @@ def test_drops_of_the_current_second_count_from_the_next_evaluation() -> None:
     assert drop(tracker, 107) == 3
 
 
-def test_levels_are_independent_and_forgettable() -> None:
+def test_levels_are_independent() -> None:
     tracker = DroppedRequestsTracker()
     drop(tracker, 100, 3, level="a")
     # eval@101 of "a": {100: 3} -> 2.
@@ -172,15 +172,9 @@ def test_levels_are_independent_and_forgettable() -> None:
     assert drop(tracker, 101, level="b") == 1
     assert tracker.retry_after("a") == 2
     assert snapshot(tracker, "b").history == ((0, 0),)
-    tracker.forget("a")
-    tracker.forget("never-seen")
-    assert tracker.retry_after("a") == 1
-    assert tracker.snapshot("a") is None
-    assert tracker.retry_after("b") == 1
-    # "a" starts afresh: its first drop pushes (0, 0) again.
-    assert drop(tracker, 102, level="a") == 1
-    assert snapshot(tracker, "a").history == ((0, 0),)
-    assert "a=1s" in repr(tracker)
+    assert tracker.retry_after("never-seen") == 1
+    assert tracker.snapshot("never-seen") is None
+    assert "a=2s" in repr(tracker)
 
 
 def test_a_burst_after_quiet_decrements_once() -> None:
