@@ -49,6 +49,7 @@ from apf_limiter.engine.seat_seconds import (
     HIGH_R,
     MASK,
     R_DECREMENT,
+    duration_per_seat,
     seats_times_duration,
 )
 from apf_limiter.engine.shuffle_sharding import Dealer
@@ -462,9 +463,8 @@ class QueueSet:
     def _clamp_final_seats(request: Request, limit: int) -> None:
         # Keep the final work constant while fitting the final seats into the limit. The
         # waiting-seat totals were already settled with the old width, so nothing leaks.
-        request.additional_latency_ns = (
-            int(request.final_work / limit * 10.0) if limit > 0 else request.additional_latency_ns
-        )
+        if limit > 0:
+            request.additional_latency_ns = duration_per_seat(request.final_work, limit)
         request.final_seats = limit
         request.max_seats = max(request.initial_seats, limit)
 

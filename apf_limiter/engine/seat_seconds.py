@@ -63,9 +63,11 @@ def seats_times_duration(seats: float, duration_ns: int) -> int:
 def duration_per_seat(work: int, seats: float) -> int:
     """Return how long ``seats`` seats take to deliver ``work`` units, in nanoseconds.
 
-    Truncates toward zero, as the Go conversion to ``time.Duration`` does.
+    Truncates toward zero, as the Go conversion to ``time.Duration`` does. The work becomes a
+    float first, as Go's ``float64(ss)`` does (an exact int / int division would differ above
+    2**53 units).
     """
-    return math.trunc(work / seats * 10.0)
+    return math.trunc(float(work) / seats * 10.0)
 
 
 def seat_seconds_str(units: int) -> str:

@@ -94,3 +94,9 @@ def test_go_round_is_half_away_from_zero(x: float, rounded: int) -> None:
 )
 def test_to_nanoseconds_is_the_nearest_with_halves_away_from_zero(seconds: float, ns: int) -> None:
     assert to_nanoseconds(seconds) == ns
+
+
+def test_duration_per_seat_converts_the_work_to_float_first_as_go_does() -> None:
+    # Go: time.Duration(float64(ss) / seats * 10). Above 2**53 units float64(ss) rounds, and
+    # an exact integer division would come out tens of nanoseconds off.
+    assert duration_per_seat(636460777959018642, 31) == 205309928373876960
