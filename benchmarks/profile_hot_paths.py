@@ -114,7 +114,11 @@ def _classification(requests: int) -> Profile:
 
 def _saturated(requests: int) -> Profile:
     step = saturated_level(64, 1000)
-    return Profile("saturated", requests, lambda: step(requests) and None)
+
+    def run() -> None:
+        step(requests)
+
+    return Profile("saturated", requests, run)
 
 
 def _http(requests: int) -> Profile:
@@ -164,16 +168,23 @@ def self_time_shares(
     Returns:
         ``([(function label, share), ...], {package: share})``, shares summing to 1.
     """
-    by_function: Counter[str] = Counter()
-    by_package: Counter[str] = Counter()
+    by_function: dict[str, float] = {}
+    by_package: dict[str, float] = {}
     for function, file_path, seconds in leaves:
         package = package_of(file_path)
         name = Path(file_path).stem if file_path else "?"
-        by_function[f"{function} ({package}: {name})"] += seconds
-        by_package[package] += seconds
+        label = f"{function} ({package}: {name})"
+        by_function[label] = by_function.get(label, 0.0) + seconds
+        by_package[package] = by_package.get(package, 0.0) + seconds
     total = sum(by_package.values()) or 1.0
-    functions = [(label, seconds / total) for label, seconds in by_function.most_common()]
-    packages = {name: seconds / total for name, seconds in by_package.most_common()}
+    functions = [
+        (label, seconds / total)
+        for label, seconds in sorted(by_function.items(), key=lambda item: -item[1])
+    ]
+    packages = {
+        name: seconds / total
+        for name, seconds in sorted(by_package.items(), key=lambda item: -item[1])
+    }
     return functions, packages
 
 
