@@ -370,11 +370,13 @@ class QueueSet:
         request.queue_length_after_enqueue = len(waiting)
         self.requests_waiting += 1
         self.seats_waiting += request.max_seats
-        if was_empty:
-            # Behind a head, a new request changes neither the head nor the queue's virtual
-            # time, so the queue's place in the dispatch index stands.
+        if was_empty or self.epoch_advance_failures:
             self._bound_next_dispatch(queue)
             self._push(queue)
+        # Else the request joined behind a head: the head is the same, and so is the queue's
+        # virtual time, which every path keeps at or above the head's arrival (anti-windup)
+        # until an epoch advance fails (then Kubernetes' bound on every arrival applies).
+        # Re-indexing would read the head, long queued and out of cache in a deep backlog.
         dispatched = self._dispatch_as_much_as_possible()
         self._note_demand(now)
         return dispatched
@@ -646,7 +648,6 @@ class QueueSet:
         self._sync_time(now)
         queue = request.queue
         assert queue is not None
-        was_head = queue.waiting[0] is request
         queue.waiting.remove(request)
         queue.initial_seats_sum -= request.initial_seats
         queue.max_seats_sum -= request.max_seats
@@ -663,8 +664,7 @@ class QueueSet:
             self.cancelled += 1
             request.state = RequestState.CANCELLED
         self._bound_next_dispatch(queue)
-        if was_head:
-            self._push(queue)
+        self._push(queue)  # a new head, or (anti-windup) a new virtual time
         dispatched = self._dispatch_as_much_as_possible()
         # No surplus-queue removal here: Kubernetes removes a queue only when a request's
         # seats are released from it (kubernetes-apf.md §4.11).

@@ -405,3 +405,35 @@ def test_arrivals_behind_a_head_leave_the_dispatch_index_alone() -> None:
     assert qs.requests_waiting == 101
     assert qs._finishes == heap
     assert qs._by_finish == index
+
+
+def _after_a_failed_epoch_advance(*behind: Request) -> tuple[QueueSet, Request]:
+    """A queue whose waiting head's arrival_r wrapped in a failed epoch advance."""
+    qs = _queue_set(1, 1)
+    first, head = Request("fs", "test", additional_latency=1e12), Request("fs", "test")
+    qs.start_request(first, 0.0)  # runs, then lingers for a long time
+    for request in (head, *behind):
+        qs.start_request(request, 0.0)  # waits, arrival_r 0
+    qs.finish(first, 1e11)  # a long service time: the queue's virtual time is far ahead
+    qs.sync_time(1.4e11)  # R passes HIGH_R; the head's arrival_r is below R_DECREMENT: wraps
+    assert qs.epoch_advance_failures == 1
+    return qs, head
+
+
+def test_after_a_failed_epoch_advance_every_arrival_bounds_the_queue_as_kubernetes() -> None:
+    qs, head = _after_a_failed_epoch_advance()
+    queue = qs.queues[0]
+    assert queue.next_dispatch_r < head.arrival_r
+    qs.start_request(Request("fs", "test"), 1.4e11)  # behind the head
+    assert queue.next_dispatch_r == head.arrival_r
+    assert queue.finish == (head.arrival_r + head.total_work) & MASK
+
+
+def test_cancelling_a_request_behind_the_head_re_indexes_a_bounded_queue() -> None:
+    behind = Request("fs", "test")
+    qs, head = _after_a_failed_epoch_advance(behind)
+    queue = qs.queues[0]
+    assert queue.next_dispatch_r < head.arrival_r
+    qs.cancel(behind, 1.4e11, timed_out=True)  # anti-windup moves the queue's virtual time
+    assert queue.next_dispatch_r == head.arrival_r
+    assert queue.finish == (head.arrival_r + head.total_work) & MASK
