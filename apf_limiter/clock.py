@@ -8,11 +8,10 @@ clock uses :func:`time.monotonic` and the running event loop (asyncio or trio);
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 __all__ = ["Clock", "Timer", "Waiter", "RealClock", "new_waiter"]
 
@@ -126,13 +125,6 @@ class _TrioTimer:
         self._scope.cancel()
 
 
-# The context every asyncio timer of the limiter runs in. Left to itself, asyncio copies the
-# caller's context for each timer: 64 bytes and a copy per waiting request (its wait-limit
-# timer). The limiter's callbacks (wait limits, lingering seats, borrowing) read and set no
-# context variable, and the tasks they wake run in their own contexts.
-_TIMER_CONTEXT: Final = contextvars.Context()
-
-
 class RealClock:
     """The real clock: :func:`time.monotonic` and the running event loop's timers.
 
@@ -154,7 +146,7 @@ class RealClock:
         """
         loop = _running_loop()
         if loop is not None:
-            return loop.call_later(max(0.0, delay), callback, *args, context=_TIMER_CONTEXT)
+            return loop.call_later(max(0.0, delay), callback, *args)
         if _in_trio():
             return _TrioTimer(max(0.0, delay), callback, args)
         raise RuntimeError("apf_limiter needs a running asyncio or trio event loop")

@@ -43,8 +43,10 @@ class RequestDigest:
         client: Client address, used by the ``ByClientIP`` distinguisher.
         headers: Lower-case header names to values, used by the ``ByHeader`` distinguisher.
         seats: Seats the request occupies while executing (initial seats); ``None`` means 1.
-        final_seats: Seats held after the request finishes, for ``additional_latency``.
-        additional_latency: Seconds the final seats stay held after the request finishes.
+        final_seats: Seats for work the request causes later: it holds the wider of
+            ``seats`` and ``final_seats`` until ``additional_latency`` has passed after it
+            finishes.
+        additional_latency: Seconds the request's seats stay held after it finishes.
     """
 
     user: str = ANONYMOUS_USER

@@ -104,12 +104,12 @@ class Admission:
 
     @property
     def final_seats(self) -> int:
-        """Seats held for the additional latency after the request finishes."""
+        """Final seats: with :attr:`seats`, the wider of the two stays held for the latency."""
         return self._started.final_seats
 
     @property
     def additional_latency(self) -> float:
-        """Seconds the final seats stay held after the request finishes."""
+        """Seconds the request's seats stay held after it finishes."""
         return self._started.additional_latency
 
     @property

@@ -93,9 +93,10 @@ class WorkEstimate:
 
     Attributes:
         seats: Seats held while the request executes (at least 1).
-        final_seats: Seats held on after the request finished, for ``additional_latency``
-            (work the request causes later, e.g. notifications it fans out).
-        additional_latency: Seconds the final seats stay held after the request finished.
+        final_seats: Seats for work the request causes later (e.g. notifications it fans
+            out): the request holds the wider of ``seats`` and ``final_seats`` until
+            ``additional_latency`` has passed after it finished.
+        additional_latency: Seconds the request's seats stay held after it finished.
     """
 
     seats: int = 1
@@ -126,8 +127,8 @@ class RouteOptions:
 
     Attributes:
         seats: Seats the route's requests take; ``None`` means the default (1).
-        final_seats: Seats held after the response, for ``additional_latency`` seconds.
-        additional_latency: Seconds the final seats stay held after the response.
+        final_seats: Seats for work caused after the response (see :class:`WorkEstimate`).
+        additional_latency: Seconds the request's seats stay held after the response.
         long_running: Whether the route is long-running (server-sent events, long polls):
             its requests are admitted fairly, then release their seats once the response has
             started.
@@ -144,8 +145,8 @@ class RouteOptions:
     @property
     def estimate(self) -> WorkEstimate | None:
         """The work estimate these options give, or ``None`` when they leave the default."""
-        if self.seats is None and not (self.final_seats and self.additional_latency):
-            return None
+        if self.seats is None and not self.additional_latency:
+            return None  # final seats without an additional latency count for nothing
         return WorkEstimate(self.seats or 1, self.final_seats, self.additional_latency)
 
 
@@ -171,8 +172,8 @@ def route_options(
 
     Args:
         seats: Seats the route's requests take (at least 1); ``None`` keeps the default.
-        final_seats: Seats held after the response, for ``additional_latency`` seconds.
-        additional_latency: Seconds the final seats stay held after the response.
+        final_seats: Seats for work caused after the response (see :class:`WorkEstimate`).
+        additional_latency: Seconds the request's seats stay held after the response.
         long_running: Whether the route releases its seats once the response has started.
 
     Returns:

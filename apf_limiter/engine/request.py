@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Final
 
@@ -52,8 +53,9 @@ class Request:
         distinguisher: The flow distinguisher.
         flow_hash: The flow hash used for shuffle sharding.
         initial_seats: Seats while executing.
-        final_seats: Seats held during the additional latency.
-        additional_latency_ns: How long the final seats stay held after the request finishes.
+        final_seats: Seats of the work done after the request finishes (``max_seats`` covers
+            them).
+        additional_latency_ns: How long ``max_seats`` stay held after the request finishes.
         max_seats: Seats occupied from dispatch to release.
         total_work: Virtual work in seat-second units (initial plus final work).
         arrival_time: When the request arrived (seconds, the shell's clock).
@@ -129,6 +131,8 @@ class Request:
         self.max_seats = initial_seats if initial_seats >= final_seats else final_seats
         initial_work = _INITIAL_WORK.get(initial_seats) or _initial_work(initial_seats)
         if additional_latency:
+            if not additional_latency < math.inf:  # infinite or NaN
+                _reject_estimate(initial_seats, final_seats, additional_latency)
             latency_ns = to_nanoseconds(additional_latency)
             self.additional_latency_ns = latency_ns
             self.final_work = final_work = seats_times_duration(final_seats, latency_ns)
@@ -174,4 +178,7 @@ def _reject_estimate(initial_seats: int, final_seats: int, additional_latency: f
         raise ValueError(f"initial_seats must be at least 1, got {initial_seats}")
     if final_seats < 0:
         raise ValueError(f"final_seats must not be negative, got {final_seats}")
-    raise ValueError(f"additional_latency must not be negative, got {additional_latency}")
+    raise ValueError(
+        f"additional_latency must be a finite, non-negative number of seconds, "
+        f"got {additional_latency}"
+    )

@@ -205,6 +205,20 @@ async def test_final_seats_are_held_for_the_additional_latency() -> None:
     assert limiter.statistics().executing_seats == 0
 
 
+async def test_a_route_latency_alone_holds_the_seat() -> None:
+    # An additional latency without final seats still holds the request's seat (Kubernetes
+    # holds MaxSeats for it), from route settings as from an estimate hook.
+    clock = FakeClock()
+    limiter = Limiter(_config(), clock=clock)
+    paths = {"/x": RouteOptions(additional_latency=2.0)}
+    admission = await _admit(http_scope("/x"), limiter=limiter, paths=paths)
+    assert (admission.seats, admission.final_seats, admission.additional_latency) == (1, 0, 2.0)
+    assert limiter.statistics().executing_seats == 1
+    await clock.advance(2.0)
+    assert limiter.statistics().executing_seats == 0
+    assert RouteOptions(final_seats=2).estimate is None  # final seats need a latency
+
+
 def _starlette(endpoint_options: dict[str, Any]) -> Starlette:
     @route_options(**endpoint_options)
     async def marked(request: Request) -> Response:

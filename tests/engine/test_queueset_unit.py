@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from apf_limiter.engine.queueset import QueueSet
@@ -171,6 +173,9 @@ def test_request_rejects_invalid_work_estimates() -> None:
         Request("f", "l", final_seats=-1)
     with pytest.raises(ValueError, match="additional_latency"):
         Request("f", "l", additional_latency=-1)
+    for latency in (math.inf, math.nan):
+        with pytest.raises(ValueError, match="finite"):
+            Request("f", "l", additional_latency=latency)
 
 
 def test_queue_full_only_when_seats_are_also_full() -> None:
