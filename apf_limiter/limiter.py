@@ -661,7 +661,14 @@ class Limiter:
     def _housekeeping(self, now: float) -> None:
         if now >= self._next_reload:
             self._next_reload = now + self._reload_interval
-            self.reload()
+            try:
+                self.reload()
+            except Exception:
+                # This runs inside whichever call came due (a release, say): whatever went
+                # wrong must not stop that call, let alone leak its seats.
+                logger.exception(
+                    "reloading %s failed; keeping the running configuration", self._config_path
+                )
         self._catch_up(now)
         # Both kinds may have moved (a reload check always does): the fast path's one
         # comparison must see the next one, not this one again.

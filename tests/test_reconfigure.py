@@ -327,6 +327,26 @@ async def test_hot_reload_of_a_file_good_and_bad(
     assert limiter.reload() is False
 
 
+async def test_a_reload_that_fails_unexpectedly_inside_a_release_releases_the_seats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "apf.json"
+    path.write_text(json.dumps(single_level_config(limit=1)))
+    clock = FakeClock()
+    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
+
+    def broken(config: object) -> None:
+        raise RuntimeError("a bug somewhere in reconfiguration")
+
+    monkeypatch.setattr(limiter, "reconfigure", broken)
+    with caplog.at_level(logging.ERROR, logger="apf_limiter"):
+        async with limiter.admit(RequestDigest(user="u")):
+            path.write_text(json.dumps(single_level_config(limit=2)))
+            await clock.advance(1.0)  # the reload falls due within the release
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0
+    assert any("keeping the running configuration" in r.getMessage() for r in caplog.records)
+
+
 async def test_reload_sees_a_same_size_rewrite_with_the_old_timestamp(tmp_path: Path) -> None:
     # cp -p, rsync -t, or a file system with coarse timestamps: same size, same mtime.
     path = tmp_path / "apf.json"

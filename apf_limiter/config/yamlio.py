@@ -88,6 +88,8 @@ def _parse_json(text: str, source: str) -> object:
     except json.JSONDecodeError as error:
         message = f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}"
         raise ConfigError([ConfigProblem(source, message)]) from error
+    except (ValueError, RecursionError) as error:
+        raise ConfigError([ConfigProblem(source, f"invalid JSON: {_unparsable(error)}")]) from error
     if duplicates:
         raise ConfigError(
             [ConfigProblem(source, f'invalid JSON: duplicate key "{key}"') for key in duplicates]
@@ -113,9 +115,19 @@ def _parse_yaml(text: str, source: str) -> list[object]:
         raise ConfigError([ConfigProblem(source, _yaml_message(error))]) from error
     except yaml.YAMLError as error:
         raise ConfigError([ConfigProblem(source, f"invalid YAML: {error}")]) from error
+    except (ValueError, RecursionError) as error:
+        raise ConfigError([ConfigProblem(source, f"invalid YAML: {_unparsable(error)}")]) from error
     if duplicates:
         raise ConfigError([ConfigProblem(source, message) for message in duplicates])
     return documents
+
+
+def _unparsable(error: ValueError | RecursionError) -> str:
+    # What the parsers raise beyond their own errors: Python's limit on the digits of an
+    # integer (a ValueError) and nesting deeper than the recursion limit.
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    return str(error)
 
 
 def _yaml_message(error: Any) -> str:

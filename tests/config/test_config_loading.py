@@ -228,6 +228,18 @@ def test_bad_json_syntax_names_the_file_line_and_column(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("text_format", ["json", "yaml"])
+def test_what_the_parsers_raise_beyond_syntax_errors_is_a_config_error(text_format: str) -> None:
+    # Python refuses integers of more than 4,300 digits, and nesting beyond the recursion
+    # limit: a configuration file must never raise anything but ConfigError.
+    too_long = '{"serverConcurrencyLimit": ' + "9" * 5000 + "}"
+    with pytest.raises(ConfigError, match="4300 digits"):
+        load_config_text(too_long, format=text_format)
+    too_deep = "[" * 5000 + "]" * 5000
+    with pytest.raises(ConfigError, match="nest"):  # PyYAML has its own limit
+        load_config_text(too_deep, format=text_format)
+
+
 def test_keys_given_twice_are_problems() -> None:
     with pytest.raises(ConfigError) as caught:
         load_config_text("serverConcurrencyLimit: 1\nserverConcurrencyLimit: 2\n")
