@@ -171,11 +171,19 @@ class Admission:
                         request.priority_level, request.flow_schema, 0.0, False
                     )
                 return True
-        request.handle = new_waiter()
         wait_limit = self._wait_limit
         if wait_limit is None:
             wait_limit = limiter._config.request_wait_limit
-        self._timer = limiter._clock.call_later(wait_limit, limiter._wait_limit_callback, request)
+        try:
+            request.handle = new_waiter()
+            self._timer = limiter._clock.call_later(
+                wait_limit, limiter._wait_limit_callback, request
+            )
+        except BaseException:
+            # No event loop to wait in: leave nothing behind in the queue (a request nobody
+            # waits for would take its seats once dispatched, and never give them back).
+            limiter._abandon(request)
+            raise
         limiter._arm_borrowing_timer(now)
         return False
 

@@ -718,3 +718,18 @@ async def test_wait_after_a_rejected_start_says_so() -> None:
         rejected.start()
     with pytest.raises(RuntimeError, match="rejected by start"):
         await rejected.wait()
+
+
+def test_a_start_that_cannot_wait_leaves_nothing_in_the_queue() -> None:
+    # Without a running event loop a request that must queue cannot wait: start() raises, and
+    # the request must not stay queued (dispatched later, it would hold its seat for good).
+    limiter = Limiter(single_level_config(limit=1), clock=FakeClock())
+    holder = limiter.admit(_digest())
+    assert holder.start()
+    second = limiter.admit(_digest())
+    with pytest.raises(RuntimeError, match="event loop"):
+        second.start()
+    assert limiter.statistics().priority_levels["test"].waiting_requests == 0
+    holder.release()
+    second.release()  # nothing to do
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0
