@@ -34,42 +34,59 @@ class Clock(Protocol):
 
 
 class Waiter(Protocol):
-    """A one-shot wake-up signal for a waiting task."""
+    """A one-shot wake-up signal for one waiting task."""
 
     def set(self) -> None:
         """Wake the waiting task (idempotent)."""
 
     def wait(self) -> Awaitable[Any]:
-        """Return an awaitable that completes once :meth:`set` is called."""
+        """Return an awaitable that completes once :meth:`set` is called.
+
+        Raises:
+            RuntimeError: If it was called before: one task waits, and cancelling it must
+                not cancel (asyncio) or strand (trio) another.
+        """
+
+
+def _second_wait() -> RuntimeError:
+    return RuntimeError("another task is already waiting for this admission")
 
 
 class _AsyncioWaiter:
-    __slots__ = ("_future",)
+    __slots__ = ("_future", "_waited")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._future: asyncio.Future[None] = loop.create_future()
+        self._waited = False
 
     def set(self) -> None:
         if not self._future.done():
             self._future.set_result(None)
 
     def wait(self) -> Awaitable[None]:
+        if self._waited:
+            raise _second_wait()
+        self._waited = True
         # The future itself: no coroutine frame per waiting request.
         return self._future
 
 
 class _TrioWaiter:
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "_waited")
 
     def __init__(self) -> None:
         import trio
 
         self._event = trio.Event()
+        self._waited = False
 
     def set(self) -> None:
         self._event.set()
 
     def wait(self) -> Awaitable[None]:
+        if self._waited:
+            raise _second_wait()
+        self._waited = True
         return self._event.wait()
 
 

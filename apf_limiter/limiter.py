@@ -196,8 +196,8 @@ class Admission:
         Raises:
             Rejected: With reason ``time-out`` when the wait limit passed (again on every
                 later call).
-            RuntimeError: If the admission was not started, or was released while (or
-                before) it waited.
+            RuntimeError: If the admission was not started, was released while (or before)
+                it waited, or another task is waiting for it already.
         """
         request = self._request
         if request is None:
@@ -216,8 +216,9 @@ class Admission:
                 f"the request is no longer waiting (it is {request.state.name.lower()}): "
                 "it was released"
             )
+        waiting = request.handle.wait()  # raises if another task is waiting already
         try:
-            await request.handle.wait()
+            await waiting
         except BaseException:
             self._wait_interrupted()
             raise
@@ -261,6 +262,18 @@ class Admission:
             return
         state = request.state
         if state is _EXECUTING:
+            timer = self._timer
+            if timer is not None:
+                # Dispatched from its queue an instant ago, before the waiting task could
+                # see it (it will find the admission released): report the dispatch here.
+                self._timer = None
+                timer.cancel()
+                self._queue_wait = request.start_time - request.arrival_time
+                observer = self._limiter._observer
+                if observer is not None:
+                    observer.request_dispatched(
+                        request.priority_level, request.flow_schema, self._queue_wait, False
+                    )
             self._limiter._finish(request)
         elif state is _WAITING:
             timer = self._timer

@@ -733,3 +733,26 @@ def test_a_start_that_cannot_wait_leaves_nothing_in_the_queue() -> None:
     holder.release()
     second.release()  # nothing to do
     assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
+@pytest.mark.timeout(10)
+async def test_a_second_concurrent_wait_is_refused_and_the_first_goes_on() -> None:
+    # Two tasks waiting on one admission: cancelling one would cancel (asyncio) or strand
+    # (trio) the other, so the second is refused at once.
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    holder = limiter.admit(_digest())
+    assert holder.start()
+    queued = limiter.admit(_digest())
+    assert not queued.start()
+    first = asyncio.get_running_loop().create_task(queued.wait())
+    await clock.advance(0)
+    with pytest.raises(RuntimeError, match="already waiting"):
+        await queued.wait()
+    assert limiter.statistics().priority_levels["test"].waiting_requests == 1
+    holder.release()
+    await first
+    assert queued.seats == 1
+    await queued.wait()  # after the wait: returns at once, as before
+    queued.release()
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0

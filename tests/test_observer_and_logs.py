@@ -201,3 +201,26 @@ async def test_nothing_is_logged_per_request_at_info(caplog: pytest.LogCaptureFi
     assert record.levelno == logging.DEBUG
     assert record.reason == "concurrency-limit"  # type: ignore[attr-defined]
     assert record.priority_level == "test"  # type: ignore[attr-defined]
+
+
+async def test_a_release_at_the_instant_of_dispatch_reports_the_dispatch() -> None:
+    # Another task releases a queued admission right after its seats came, before the
+    # waiting task resumed: dispatched and finished must still pair up for the metrics.
+    clock = FakeClock()
+    recorder = Recorder()
+    limiter = Limiter(single_level_config(limit=1), clock=clock, observer=recorder)
+    holder = limiter.admit(_digest("a"))
+    assert holder.start()
+    queued = limiter.admit(_digest("b"))
+    assert not queued.start()
+    waiting = asyncio.get_running_loop().create_task(queued.wait())
+    await clock.advance(1)
+    recorder.events.clear()
+    holder.release()  # dispatches b
+    queued.release()  # before b's task has run
+    with pytest.raises(RuntimeError, match="released while it waited"):
+        await waiting
+    assert [event[0] for event in recorder.events] == ["finished", "dispatched", "finished"]
+    assert recorder.events[1] == ("dispatched", "test", 1.0, False)
+    assert queued.queue_wait == 1.0
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0
