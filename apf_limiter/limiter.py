@@ -392,6 +392,7 @@ class Limiter:
         self._period = self._config.borrowing_period
         self._next_adjustment = now + self._period
         self._borrowing_timer: Timer | None = None
+        self._borrowing_timer_due = _NEVER  # the adjustment the borrowing timer was set for
         self._closed = False
         self._config_path: str | None = None
         self._config_content: bytes | None = None
@@ -623,6 +624,8 @@ class Limiter:
             self._settle(dispatched)  # skipped on the fast path: nothing to wake or report
 
     def _release(self, request: Request) -> None:
+        if request.state is not _LINGERING:
+            return  # released already, its timer given up for lost (_release_lost_lingering)
         now = self._clock.now()
         self._catch_up(now)
         self._settle(self._controller.release(request, now))
@@ -714,6 +717,21 @@ class Limiter:
             due += period * math.ceil((now - due) / period + 1e-9)
         self._next_adjustment = due
         self._next_check = min(due, self._next_reload)
+        # A timer a whole period late will not fire: it belonged to an event loop that has
+        # ended (a limiter outliving asyncio.run). Let the running loop take over, and give
+        # back the seats whose additional latency ended that long ago.
+        if now >= self._borrowing_timer_due + period:
+            self._borrowing_timer = None
+            self._borrowing_timer_due = _NEVER
+        self._release_lost_lingering(now - period)
+
+    def _release_lost_lingering(self, overdue: float) -> None:
+        """Release the final seats that were due back by ``overdue`` (their timers are lost)."""
+        now = self._clock.now()
+        for state in list(self._controller.levels.values()):
+            lost = [r for r in state.queue_set.lingering if r.release_at <= overdue]
+            for request in lost:
+                self._settle(self._controller.release(request, now))
 
     def _adjust(self, now: float) -> None:
         limits = self._limits()
@@ -792,20 +810,25 @@ class Limiter:
             self._borrowing_timer = self._clock.call_later(
                 self._next_adjustment - now, self._on_borrowing_timer
             )
+            self._borrowing_timer_due = self._next_adjustment
 
     def _on_borrowing_timer(self) -> None:
+        due = self._borrowing_timer_due
         self._borrowing_timer = None
+        self._borrowing_timer_due = _NEVER
         now = self._clock.now()
-        # The timer was set for the next adjustment, so that one is due, even when the clock
-        # reads a hair before it (a FakeClock rounds delays to whole nanoseconds; asyncio fires
-        # timers within its clock resolution): otherwise it would re-arm itself for ~0 s, forever.
-        self._catch_up(max(now, self._next_adjustment))
+        # The timer was set for an adjustment, so that one is due, even when the clock reads a
+        # hair before it (a FakeClock rounds delays to whole nanoseconds; asyncio fires timers
+        # within its clock resolution): otherwise it would re-arm itself for ~0 s, forever.
+        # Not any later one: a call may have run this adjustment already.
+        self._catch_up(max(now, due))
         self._arm_borrowing_timer(now)
 
     def _cancel_borrowing_timer(self) -> None:
         if self._borrowing_timer is not None:
             self._borrowing_timer.cancel()
             self._borrowing_timer = None
+            self._borrowing_timer_due = _NEVER
 
     def __repr__(self) -> str:
         parts = []

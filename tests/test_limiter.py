@@ -756,3 +756,90 @@ async def test_a_second_concurrent_wait_is_refused_and_the_first_goes_on() -> No
     await queued.wait()  # after the wait: returns at once, as before
     queued.release()
     assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
+class _LoopBoundClock:
+    """Fake time whose timers belong to the running asyncio loop and never fire there: what
+    a limiter sees of its timers once the loop they were set in has ended."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self.timers = 0
+
+    def now(self) -> float:
+        return self.time
+
+    def call_later(self, delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+        self.timers += 1
+        return asyncio.get_running_loop().call_later(3600.0, callback, *args)
+
+
+@pytest.mark.timeout(10)
+def test_a_limiter_outliving_its_event_loop_recovers_lost_timers() -> None:
+    # A module-level limiter used by one asyncio.run after another: the timers of the first
+    # loop (final seats' release, borrowing) are lost with it. A whole borrowing period later
+    # the next loop's calls take over.
+    clock = _LoopBoundClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
+
+    async def first_loop() -> None:
+        async with limiter.admit(_digest(final_seats=1, additional_latency=1.0)):
+            pass  # its seat stays held for 1 s
+        waiting = asyncio.get_running_loop().create_task(limiter.admit(_digest()).__aenter__())
+        await asyncio.sleep(0)  # waits: the borrowing timer is armed in this loop
+        assert limiter.statistics().priority_levels["test"].waiting_requests == 1
+        waiting.cancel()
+
+    asyncio.run(first_loop())
+    stats = limiter.statistics().priority_levels["test"]
+    assert (stats.executing_seats, stats.waiting_requests) == (1, 0)  # the lingering seat
+    clock.time = 11.0 + 10.0  # a period after the seat was due back (t = 1) and the timer (10)
+
+    async def second_loop() -> None:
+        async with limiter.admit(_digest()):
+            pass
+        holder = limiter.admit(_digest())
+        assert holder.start()
+        armed = clock.timers
+        queued = asyncio.get_running_loop().create_task(limiter.admit(_digest()).__aenter__())
+        await asyncio.sleep(0)
+        assert clock.timers == armed + 2  # its wait limit, and a borrowing timer again
+        queued.cancel()
+        holder.release()
+
+    asyncio.run(second_loop())
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
+class _ManualClock:
+    """Fake time whose timers fire only when the test says so."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self.timers: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def now(self) -> float:
+        return self.time
+
+    def call_later(self, delay: float, callback: Any, *args: Any) -> Any:
+        self.timers.append((callback, args))
+        return asyncio.get_running_loop().call_later(3600.0, lambda: None)
+
+
+async def test_a_borrowing_timer_beaten_by_a_call_runs_no_adjustment_early() -> None:
+    # A call at the due time runs the adjustment first; the timer, firing just after, must
+    # not run the next period's adjustment ahead of time.
+    clock = _ManualClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
+    holder = limiter.admit(_digest())
+    assert holder.start()
+    queued = limiter.admit(_digest())
+    assert not queued.start()  # arms the wait-limit timer and the borrowing timer (t = 10)
+    (on_borrowing_timer, _) = clock.timers[-1]
+    before = limiter.statistics().adjustments
+    clock.time = 10.0
+    assert limiter.statistics().adjustments == before + 1  # the call catches up at t = 10
+    on_borrowing_timer()
+    assert limiter.statistics().adjustments == before + 1  # not the one due at t = 20
+    queued.release()
+    holder.release()
