@@ -690,9 +690,7 @@ class Limiter:
             except Exception:
                 # This runs inside whichever call came due (a release, say): whatever went
                 # wrong must not stop that call, let alone leak its seats.
-                logger.exception(
-                    "reloading %s failed; keeping the running configuration", self._config_path
-                )
+                logger.exception("reloading %s failed", self._config_path)
         self._catch_up(now)
         # Both kinds may have moved (a reload check always does): the fast path's one
         # comparison must see the next one, not this one again.
