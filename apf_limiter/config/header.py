@@ -12,6 +12,7 @@ conditions' types: everything else there (uid, managedFields, ...) is ignored, s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from apf_limiter.config.draft import EntryPaths
@@ -81,6 +82,7 @@ def read_header(
     position: int,
     spec_keys: Sequence[str],
     problems: Problems,
+    taken: AbstractSet[str] = frozenset(),
 ) -> Header:
     """Read the header of one level or schema entry, reporting its problems.
 
@@ -91,11 +93,13 @@ def read_header(
         position: The entry's position among all entries of the collection.
         spec_keys: The fields a spec may have (in the short form, beside ``name``).
         problems: Where problems are recorded.
+        taken: Names of the earlier entries: an entry repeating one is named by its position,
+            so that its problems are told apart from (not hidden by) the first one's.
     """
     full = is_full_object(raw)
     raw_name = _raw_name(raw, full)
-    valid_name = isinstance(raw_name, str) and is_dns1123_subdomain(raw_name)
-    entry = index(collection, raw_name if valid_name and isinstance(raw_name, str) else position)
+    named = isinstance(raw_name, str) and is_dns1123_subdomain(raw_name) and raw_name not in taken
+    entry = index(collection, raw_name if named and isinstance(raw_name, str) else position)
     if not full:
         reader = Reader(raw, entry, problems, ("name", *spec_keys))
         name = reader.string("name") or ""

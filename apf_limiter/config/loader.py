@@ -159,7 +159,7 @@ def _check_levels(entries: list[object], problems: Problems) -> list[PriorityLev
         if not isinstance(entry, Mapping):
             problems.wrong_type(index("priorityLevels", position), entry, "must be a mapping")
             continue
-        draft = parse_priority_level(entry, position, problems)
+        draft = parse_priority_level(entry, position, problems, taken=seen)
         validate_priority_level(draft, problems)
         _check_duplicate(draft.name, draft.paths.entry, seen, problems)
         drafts.append(draft)
@@ -175,7 +175,7 @@ def _check_schemas(
         if not isinstance(entry, Mapping):
             problems.wrong_type(index("flowSchemas", position), entry, "must be a mapping")
             continue
-        draft = parse_flow_schema(entry, position, problems)
+        draft = parse_flow_schema(entry, position, problems, taken=seen)
         validate_flow_schema(draft, problems)
         _check_duplicate(draft.name, draft.paths.entry, seen, problems)
         _check_reference(draft, level_names, problems)

@@ -17,6 +17,8 @@ default queuing) and a ``Queue`` response may omit ``queuing``.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from apf_limiter.config.draft import (
     ExemptDraft,
     LimitedDraft,
@@ -47,13 +49,16 @@ _OLD_SHARES_VERSIONS = ("v1beta1", "v1beta2")
 _QUEUING_KEYS = ("queues", "handSize", "queueLengthLimit")
 
 
-def parse_priority_level(raw: RawMapping, position: int, problems: Problems) -> PriorityLevelDraft:
+def parse_priority_level(
+    raw: RawMapping, position: int, problems: Problems, taken: AbstractSet[str] = frozenset()
+) -> PriorityLevelDraft:
     """Parse one ``priorityLevels`` entry (full object or short form).
 
     Args:
         raw: The entry as written.
         position: Its position among all priority levels (used in paths when it has no name).
         problems: Where problems are recorded.
+        taken: Names of the earlier entries (a repeated name is not used in paths).
     """
     before = len(problems)
     header = read_header(
@@ -63,6 +68,7 @@ def parse_priority_level(raw: RawMapping, position: int, problems: Problems) -> 
         position=position,
         spec_keys=LEVEL_SPEC_KEYS,
         problems=problems,
+        taken=taken,
     )
     short = header.version == "short"
     spec = header.spec

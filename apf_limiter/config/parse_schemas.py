@@ -7,6 +7,8 @@ The flow schema is the same in every API version. Defaulting follows Kubernetes 
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from apf_limiter.config.draft import (
     DistinguisherDraft,
     FlowSchemaDraft,
@@ -36,13 +38,16 @@ _RESOURCE_RULE_KEYS = ("verbs", "apiGroups", "resources", "clusterScope", "names
 _NON_RESOURCE_RULE_KEYS = ("verbs", "nonResourceURLs")
 
 
-def parse_flow_schema(raw: RawMapping, position: int, problems: Problems) -> FlowSchemaDraft:
+def parse_flow_schema(
+    raw: RawMapping, position: int, problems: Problems, taken: AbstractSet[str] = frozenset()
+) -> FlowSchemaDraft:
     """Parse one ``flowSchemas`` entry (full object or short form).
 
     Args:
         raw: The entry as written.
         position: Its position among all flow schemas (used in paths when it has no name).
         problems: Where problems are recorded.
+        taken: Names of the earlier entries (a repeated name is not used in paths).
     """
     before = len(problems)
     header = read_header(
@@ -52,6 +57,7 @@ def parse_flow_schema(raw: RawMapping, position: int, problems: Problems) -> Flo
         position=position,
         spec_keys=SCHEMA_SPEC_KEYS,
         problems=problems,
+        taken=taken,
     )
     spec = header.spec
     draft = FlowSchemaDraft(name=header.name, paths=header.paths, version=header.version)

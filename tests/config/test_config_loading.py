@@ -362,3 +362,16 @@ def test_an_object_document_without_kind_asks_for_the_kind() -> None:
     assert [str(p) for p in caught.value.problems] == [
         'kind: Required value: must be one of "FlowSchema", "PriorityLevelConfiguration"'
     ]
+
+
+def test_entries_sharing_a_name_each_report_their_problems() -> None:
+    level = {"name": "a", "type": "Limited", "limited": {"nominalConcurrencyShares": "x"}}
+    again = {"name": "a", "type": "Limited", "limited": {"nominalConcurrencyShares": "y"}}
+    with pytest.raises(ConfigError) as caught:
+        load_config({"priorityLevels": [level, again]})
+    shares = 'limited.nominalConcurrencyShares: Invalid value: "{}": must be an integer'
+    assert [str(p) for p in caught.value.problems] == [
+        "priorityLevels[a]." + shares.format("x"),
+        "priorityLevels[1]." + shares.format("y"),
+        'priorityLevels[1]: Duplicate value: "a"',
+    ]
