@@ -628,7 +628,8 @@ class Limiter:
             return  # released already, its timer given up for lost (_release_lost_lingering)
         now = self._clock.now()
         self._catch_up(now)
-        self._settle(self._controller.release(request, now))
+        if request.state is _LINGERING:  # the catch-up may have released it, a period late
+            self._settle(self._controller.release(request, now))
 
     def _settle(self, dispatched: Sequence[Request]) -> None:
         """After seats were freed: wake what was dispatched, report a level that drained away."""
@@ -715,12 +716,8 @@ class Limiter:
             due += period * math.ceil((now - due) / period + 1e-9)
         self._next_adjustment = due
         self._next_check = min(due, self._next_reload)
-        # A timer a whole period late will not fire: it belonged to an event loop that has
-        # ended (a limiter outliving asyncio.run). Let the running loop take over, and give
-        # back the seats whose additional latency ended that long ago.
-        if now >= self._borrowing_timer_due + period:
-            self._borrowing_timer = None
-            self._borrowing_timer_due = _NEVER
+        # Seats whose additional latency ended a whole period ago: their timers were lost
+        # with an event loop that has ended (a limiter outliving asyncio.run).
         self._release_lost_lingering(now - period)
 
     def _release_lost_lingering(self, overdue: float) -> None:
@@ -819,7 +816,7 @@ class Limiter:
         # hair before it (a FakeClock rounds delays to whole nanoseconds; asyncio fires timers
         # within its clock resolution): otherwise it would re-arm itself for ~0 s, forever.
         # Not any later one: a call may have run this adjustment already.
-        self._catch_up(max(now, due))
+        self._catch_up(max(now, due) if due != _NEVER else now)
         self._arm_borrowing_timer(now)
 
     def _cancel_borrowing_timer(self) -> None:

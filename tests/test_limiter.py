@@ -775,37 +775,26 @@ class _LoopBoundClock:
 
 
 @pytest.mark.timeout(10)
-def test_a_limiter_outliving_its_event_loop_recovers_lost_timers() -> None:
-    # A module-level limiter used by one asyncio.run after another: the timers of the first
-    # loop (final seats' release, borrowing) are lost with it. A whole borrowing period later
-    # the next loop's calls take over.
+def test_a_limiter_outliving_its_event_loop_gives_back_lost_final_seats() -> None:
+    # A module-level limiter used by one asyncio.run after another: the timers that give back
+    # final seats are lost with the first loop. The first borrowing adjustment at least a
+    # period after they were due (run by whichever call comes) gives them back.
     clock = _LoopBoundClock()
     limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
 
     async def first_loop() -> None:
         async with limiter.admit(_digest(final_seats=1, additional_latency=1.0)):
             pass  # its seat stays held for 1 s
-        waiting = asyncio.get_running_loop().create_task(limiter.admit(_digest()).__aenter__())
-        await asyncio.sleep(0)  # waits: the borrowing timer is armed in this loop
-        assert limiter.statistics().priority_levels["test"].waiting_requests == 1
-        waiting.cancel()
 
     asyncio.run(first_loop())
-    stats = limiter.statistics().priority_levels["test"]
-    assert (stats.executing_seats, stats.waiting_requests) == (1, 0)  # the lingering seat
-    clock.time = 11.0 + 10.0  # a period after the seat was due back (t = 1) and the timer (10)
+    assert limiter.statistics().priority_levels["test"].executing_seats == 1
+    clock.time = 10.5  # the adjustment due at t = 10: less than a period after t = 1, kept
+    assert limiter.statistics().priority_levels["test"].executing_seats == 1
+    clock.time = 20.0  # the adjustment due at t = 20: lost
 
     async def second_loop() -> None:
         async with limiter.admit(_digest()):
             pass
-        holder = limiter.admit(_digest())
-        assert holder.start()
-        armed = clock.timers
-        queued = asyncio.get_running_loop().create_task(limiter.admit(_digest()).__aenter__())
-        await asyncio.sleep(0)
-        assert clock.timers == armed + 2  # its wait limit, and a borrowing timer again
-        queued.cancel()
-        holder.release()
 
     asyncio.run(second_loop())
     assert limiter.statistics().priority_levels["test"].executing_seats == 0
@@ -841,5 +830,38 @@ async def test_a_borrowing_timer_beaten_by_a_call_runs_no_adjustment_early() -> 
     assert limiter.statistics().adjustments == before + 1  # the call catches up at t = 10
     on_borrowing_timer()
     assert limiter.statistics().adjustments == before + 1  # not the one due at t = 20
+    queued.release()
+    holder.release()
+
+
+async def test_a_release_timer_a_period_late_releases_once() -> None:
+    # The release timer fires so late (a blocked loop) that its own catch-up gives the seat
+    # back first: it must not release it a second time.
+    clock = _ManualClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
+    async with limiter.admit(_digest(final_seats=1, additional_latency=1.0)):
+        pass
+    (release, args) = clock.timers[-1]
+    clock.time = 12.0
+    release(*args)
+    assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
+async def test_a_borrowing_timer_firing_periods_late_catches_up_once() -> None:
+    # A loop blocked for 2.5 periods: the timer runs the adjustments that fell due (t = 10,
+    # 20), stays the only borrowing timer, and is set again for t = 30.
+    clock = _ManualClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
+    holder = limiter.admit(_digest())
+    assert holder.start()
+    queued = limiter.admit(_digest())
+    assert not queued.start()
+    (on_borrowing_timer, _) = clock.timers[-1]
+    before = limiter.statistics().adjustments
+    armed = len(clock.timers)
+    clock.time = 25.0
+    on_borrowing_timer()
+    assert limiter.statistics().adjustments == before + 2
+    assert len(clock.timers) == armed + 1  # set again, once
     queued.release()
     holder.release()
