@@ -48,45 +48,51 @@ class Waiter(Protocol):
         """
 
 
-def _second_wait() -> RuntimeError:
-    return RuntimeError("another task is already waiting for this admission")
+class _OneWaiter:
+    """What both backends' waiters share: one task waits."""
+
+    __slots__ = ("_waited",)
+
+    def __init__(self) -> None:
+        self._waited = False
+
+    def _claim(self) -> None:
+        if self._waited:
+            raise RuntimeError("another task is already waiting for this admission")
+        self._waited = True
 
 
-class _AsyncioWaiter:
-    __slots__ = ("_future", "_waited")
+class _AsyncioWaiter(_OneWaiter):
+    __slots__ = ("_future",)
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         self._future: asyncio.Future[None] = loop.create_future()
-        self._waited = False
 
     def set(self) -> None:
         if not self._future.done():
             self._future.set_result(None)
 
     def wait(self) -> Awaitable[None]:
-        if self._waited:
-            raise _second_wait()
-        self._waited = True
+        self._claim()
         # The future itself: no coroutine frame per waiting request.
         return self._future
 
 
-class _TrioWaiter:
-    __slots__ = ("_event", "_waited")
+class _TrioWaiter(_OneWaiter):
+    __slots__ = ("_event",)
 
     def __init__(self) -> None:
         import trio
 
+        super().__init__()
         self._event = trio.Event()
-        self._waited = False
 
     def set(self) -> None:
         self._event.set()
 
     def wait(self) -> Awaitable[None]:
-        if self._waited:
-            raise _second_wait()
-        self._waited = True
+        self._claim()
         return self._event.wait()
 
 

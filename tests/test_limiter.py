@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from apf_limiter import Limiter, Rejected, RequestDigest
+from apf_limiter import Admission, Limiter, Rejected, RequestDigest
 from apf_limiter.testing import FakeClock
 from tests.helpers import limited_level, single_level_config, subject_schema
 
@@ -815,15 +815,22 @@ class _ManualClock:
         return asyncio.get_running_loop().call_later(3600.0, lambda: None)
 
 
+def _one_waiting(clock: _ManualClock) -> tuple[Limiter, Admission, Admission]:
+    """One seat (borrowing period 10 s), held, and a request waiting for it: started, it set
+    its wait-limit timer and then the borrowing timer (due at t = 10)."""
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    holder = limiter.admit(_digest())
+    assert holder.start()
+    queued = limiter.admit(_digest())
+    assert not queued.start()
+    return limiter, holder, queued
+
+
 async def test_a_borrowing_timer_beaten_by_a_call_runs_no_adjustment_early() -> None:
     # A call at the due time runs the adjustment first; the timer, firing just after, must
     # not run the next period's adjustment ahead of time.
     clock = _ManualClock()
-    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
-    holder = limiter.admit(_digest())
-    assert holder.start()
-    queued = limiter.admit(_digest())
-    assert not queued.start()  # arms the wait-limit timer and the borrowing timer (t = 10)
+    limiter, holder, queued = _one_waiting(clock)
     (on_borrowing_timer, _) = clock.timers[-1]
     before = limiter.statistics().adjustments
     clock.time = 10.0
@@ -851,11 +858,7 @@ async def test_a_borrowing_timer_firing_periods_late_catches_up_once() -> None:
     # A loop blocked for 2.5 periods: the timer runs the adjustments that fell due (t = 10,
     # 20), stays the only borrowing timer, and is set again for t = 30.
     clock = _ManualClock()
-    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
-    holder = limiter.admit(_digest())
-    assert holder.start()
-    queued = limiter.admit(_digest())
-    assert not queued.start()
+    limiter, holder, queued = _one_waiting(clock)
     (on_borrowing_timer, _) = clock.timers[-1]
     before = limiter.statistics().adjustments
     armed = len(clock.timers)

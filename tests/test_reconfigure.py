@@ -293,13 +293,23 @@ async def test_reconfiguration_under_load_loses_and_duplicates_nothing() -> None
     assert not any(level.quiescing for level in stats.priority_levels.values())
 
 
+def _reloading(
+    tmp_path: Path, limit: int, observer: Observer | None = None
+) -> tuple[Path, FakeClock, Limiter]:
+    """A limiter on ``apf.json`` (one level of ``limit`` seats), checked every second."""
+    path = tmp_path / "apf.json"
+    path.write_text(json.dumps(single_level_config(limit=limit)))
+    clock = FakeClock()
+    limiter = Limiter.from_file(
+        path, reload=True, reload_interval=1.0, clock=clock, observer=observer
+    )
+    return path, clock, limiter
+
+
 async def test_hot_reload_of_a_file_good_and_bad(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "apf.json"
-    path.write_text(json.dumps(single_level_config(limit=2)))
-    clock = FakeClock()
-    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
+    path, clock, limiter = _reloading(tmp_path, limit=2)
     assert limiter.statistics().priority_levels["test"].current_limit == 2
 
     path.write_text(json.dumps(single_level_config(limit=5)))
@@ -342,13 +352,8 @@ class _BrokenObserver(Observer):
 async def test_a_reload_that_fails_unexpectedly_inside_a_release_releases_the_seats(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "apf.json"
-    path.write_text(json.dumps(single_level_config(limit=1)))
-    clock = FakeClock()
     observer = _BrokenObserver()
-    limiter = Limiter.from_file(
-        path, reload=True, reload_interval=1.0, clock=clock, observer=observer
-    )
+    path, clock, limiter = _reloading(tmp_path, limit=1, observer=observer)
     observer.armed = True
     with caplog.at_level(logging.ERROR, logger="apf_limiter"):
         async with limiter.admit(RequestDigest(user="u")):
@@ -360,11 +365,8 @@ async def test_a_reload_that_fails_unexpectedly_inside_a_release_releases_the_se
 
 async def test_reload_sees_a_same_size_rewrite_with_the_old_timestamp(tmp_path: Path) -> None:
     # cp -p, rsync -t, or a file system with coarse timestamps: same size, same mtime.
-    path = tmp_path / "apf.json"
-    path.write_text(json.dumps(single_level_config(limit=2)))
+    path, clock, limiter = _reloading(tmp_path, limit=2)
     before = path.stat()
-    clock = FakeClock()
-    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
     changed = json.dumps(single_level_config(limit=3))
     assert len(changed) == before.st_size
     path.write_text(changed)
@@ -376,10 +378,7 @@ async def test_reload_sees_a_same_size_rewrite_with_the_old_timestamp(tmp_path: 
 async def test_a_reload_check_moves_the_next_check_on(tmp_path: Path) -> None:
     # After a check that changes nothing, the fast path must not do housekeeping on every
     # call until the next borrowing adjustment.
-    path = tmp_path / "apf.json"
-    path.write_text(json.dumps(single_level_config(limit=2)))
-    clock = FakeClock()
-    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
+    _, clock, limiter = _reloading(tmp_path, limit=2)
     await clock.advance(1.5)
     async with limiter.admit(RequestDigest(user="u")):
         pass
