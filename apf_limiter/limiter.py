@@ -393,6 +393,9 @@ class Limiter:
         self._next_adjustment = now + self._period
         self._borrowing_timer: Timer | None = None
         self._borrowing_timer_due = _NEVER  # the adjustment the borrowing timer was set for
+        # Which arming the borrowing timer belongs to: a replaced timer that fires after all
+        # sees another number and does nothing (no second chain of timers).
+        self._borrowing_timer_arming = 0
         self._closed = False
         self._config_path: str | None = None
         self._config_content: bytes | None = None
@@ -799,15 +802,29 @@ class Limiter:
             self._observer.configuration_rejected(error.problems)
 
     def _arm_borrowing_timer(self, now: float) -> None:
+        timer = self._borrowing_timer
+        if timer is not None:
+            if now < self._borrowing_timer_due:
+                return
+            # Due and not fired: lost with an event loop that has ended (a limiter outliving
+            # asyncio.run), or late on a busy loop. The caller has run the adjustments due
+            # (_catch_up), so set a timer for the next one in the running loop; the old one
+            # does nothing should it fire after all.
+            timer.cancel()
+            self._borrowing_timer = None
+            self._borrowing_timer_due = _NEVER
         # A closed limiter runs no borrowing timer; its adjustments are replayed at the next
         # call into it, as when no request waits.
-        if self._borrowing_timer is None and not self._closed and self._controller.waiting_requests:
+        if not self._closed and self._controller.waiting_requests:
+            self._borrowing_timer_arming = arming = self._borrowing_timer_arming + 1
             self._borrowing_timer = self._clock.call_later(
-                self._next_adjustment - now, self._on_borrowing_timer
+                self._next_adjustment - now, self._on_borrowing_timer, arming
             )
             self._borrowing_timer_due = self._next_adjustment
 
-    def _on_borrowing_timer(self) -> None:
+    def _on_borrowing_timer(self, arming: int) -> None:
+        if arming != self._borrowing_timer_arming or self._borrowing_timer is None:
+            return  # replaced (given up for lost) or cancelled: another timer, or none, runs
         due = self._borrowing_timer_due
         self._borrowing_timer = None
         self._borrowing_timer_due = _NEVER

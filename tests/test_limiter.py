@@ -831,12 +831,70 @@ async def test_a_borrowing_timer_beaten_by_a_call_runs_no_adjustment_early() -> 
     # not run the next period's adjustment ahead of time.
     clock = _ManualClock()
     limiter, holder, queued = _one_waiting(clock)
-    (on_borrowing_timer, _) = clock.timers[-1]
+    (on_borrowing_timer, arming) = clock.timers[-1]
     before = limiter.statistics().adjustments
     clock.time = 10.0
     assert limiter.statistics().adjustments == before + 1  # the call catches up at t = 10
-    on_borrowing_timer()
+    on_borrowing_timer(*arming)
     assert limiter.statistics().adjustments == before + 1  # not the one due at t = 20
+    queued.release()
+    holder.release()
+
+
+def _borrowing_timers(clock: _ManualClock) -> list[tuple[Any, tuple[Any, ...]]]:
+    return [t for t in clock.timers if getattr(t[0], "__name__", "") == "_on_borrowing_timer"]
+
+
+@pytest.mark.timeout(10)
+def test_a_limiter_outliving_its_event_loop_arms_a_new_borrowing_timer() -> None:
+    # The borrowing timer set while a request waited dies with its loop. Once its adjustment
+    # is due, the next request that waits, in the next loop, sets a new one there.
+    clock = _ManualClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
+
+    async def wait_behind_a_holder() -> None:
+        holder = limiter.admit(_digest())
+        assert holder.start()
+        queued = limiter.admit(_digest())
+        assert not queued.start()
+        holder.release()
+        await queued.wait()
+        queued.release()
+
+    asyncio.run(wait_behind_a_holder())
+    assert len(_borrowing_timers(clock)) == 1  # due at t = 10, lost with the loop
+    clock.time = 12.0
+    asyncio.run(wait_behind_a_holder())
+    armed = _borrowing_timers(clock)
+    assert len(armed) == 2  # set again, in the second loop, for t = 20
+    before = limiter.statistics().adjustments
+    clock.time = 20.0
+    on_borrowing_timer, arming = armed[-1]
+    on_borrowing_timer(*arming)
+    assert limiter.statistics().adjustments == before + 1
+
+
+async def test_a_replaced_borrowing_timer_firing_after_all_does_nothing() -> None:
+    # Past its due time a pending borrowing timer is replaced; if it was only late and fires
+    # after all, it must neither adjust nor start a second chain of timers.
+    clock = _ManualClock()
+    limiter, holder, queued = _one_waiting(clock)
+    (late, late_arming) = _borrowing_timers(clock)[-1]
+    clock.time = 10.5
+    second = limiter.admit(_digest())
+    assert not second.start()  # the call runs the adjustment due at t = 10, sets a new timer
+    (current, arming) = _borrowing_timers(clock)[-1]
+    assert len(_borrowing_timers(clock)) == 2
+    adjustments = limiter.statistics().adjustments
+    timers = len(clock.timers)
+    late(*late_arming)
+    assert limiter.statistics().adjustments == adjustments
+    assert len(clock.timers) == timers
+    clock.time = 20.0
+    current(*arming)
+    assert limiter.statistics().adjustments == adjustments + 1
+    assert len(_borrowing_timers(clock)) == 3  # the one chain goes on
+    second.release()
     queued.release()
     holder.release()
 
@@ -859,11 +917,11 @@ async def test_a_borrowing_timer_firing_periods_late_catches_up_once() -> None:
     # 20), stays the only borrowing timer, and is set again for t = 30.
     clock = _ManualClock()
     limiter, holder, queued = _one_waiting(clock)
-    (on_borrowing_timer, _) = clock.timers[-1]
+    (on_borrowing_timer, arming) = clock.timers[-1]
     before = limiter.statistics().adjustments
     armed = len(clock.timers)
     clock.time = 25.0
-    on_borrowing_timer()
+    on_borrowing_timer(*arming)
     assert limiter.statistics().adjustments == before + 2
     assert len(clock.timers) == armed + 1  # set again, once
     queued.release()
