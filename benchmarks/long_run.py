@@ -16,7 +16,9 @@ Checks, at the end (exit status 1 if one fails):
 * no leaked seat: the server's limiter has 0 executing and 0 waiting requests and seats once
   the load stopped (``/_bench/stats``, served outside the limiter);
 * RSS growth < 5 %: the server's peak RSS over the last 10 % of the requests against its
-  peak over the first 10 % (sampled every 0.25 s with psutil).
+  peak over the first 10 % (sampled every 0.25 s with psutil); a window without a sample
+  (a run too short to sample) fails the check rather than passing unmeasured;
+* the run completed: all ``--requests`` were sent before ``--max-seconds`` ran out.
 
 The run is bounded: it stops after ``--requests`` requests or ``--max-seconds`` seconds.
 The results go to ``benchmarks/results/long_run.json``.
@@ -28,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import random
 import time
 from collections import Counter
@@ -35,12 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil  # type: ignore[import-untyped]
-
 from benchmarks.bench_app import build_info
 from benchmarks.servers import REPO_ROOT, Server, fetch_json, running_server
 
-__all__ = ["main", "run"]
+__all__ = ["main", "rss_growth", "run"]
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "long_run.json"
 RSS_GROWTH_MAX = 0.05
@@ -177,6 +178,8 @@ async def _sample(server: Server, process: Any, progress: _Progress, stop: async
 
 async def _drive(server: Server, requests: int, connections: int, max_seconds: float) -> _Progress:
     progress = _Progress(target=requests, deadline=time.monotonic() + max_seconds)
+    import psutil  # type: ignore[import-untyped]  # the bench extra; not needed to import this
+
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample(server, psutil.Process(server.pid), progress, stop))
     clients = [
@@ -194,9 +197,29 @@ async def _drive(server: Server, requests: int, connections: int, max_seconds: f
     return progress
 
 
-def _window_peak(samples: list[tuple[int, float, int]], low: float, high: float) -> int:
+def _window_peak(samples: list[tuple[int, float, int]], low: float, high: float) -> int | None:
     inside = [rss for done, _, rss in samples if low <= done <= high]
-    return max(inside) if inside else 0
+    return max(inside) if inside else None
+
+
+def rss_growth(
+    samples: list[tuple[int, float, int]], done: int
+) -> tuple[int | None, int | None, float]:
+    """Peak RSS over the first and the last 10 % of ``done`` requests, and the growth.
+
+    Args:
+        samples: ``(requests done, seconds, RSS bytes)`` samples, in order.
+        done: Requests done in the whole run.
+
+    Returns:
+        The two peaks (``None`` for a window without a sample) and the relative growth from
+        the first to the last, NaN unless both were measured: a NaN fails the check.
+    """
+    first = _window_peak(samples, 0, 0.1 * done)
+    last = _window_peak(samples, 0.9 * done, done)
+    if not first or last is None:
+        return first, last, math.nan
+    return first, last, (last - first) / first
 
 
 def _settled_stats(server: Server) -> dict[str, Any]:
@@ -226,9 +249,7 @@ def run(
         elapsed = time.monotonic() - started
         final = _settled_stats(server)
     done = progress.done
-    first = _window_peak(progress.samples, 0, 0.1 * done)
-    last = _window_peak(progress.samples, 0.9 * done, done)
-    growth = (last - first) / first if first else float("nan")
+    first, last, growth = rss_growth(progress.samples, done)
     leaked = {
         key: final[key]
         for key in ("executing_requests", "executing_seats", "waiting_requests", "waiting_seats")
@@ -257,8 +278,9 @@ def run(
         "checks": {
             "no_leaked_seat": not leaked,
             "leaked": leaked,
-            "rss_growth_below_5pct": growth < RSS_GROWTH_MAX,
+            "rss_growth_below_5pct": growth < RSS_GROWTH_MAX,  # False for NaN (unmeasured)
             "no_unexpected_outcome": not unexpected,
+            "completed": done >= requests,
         },
     }
 
@@ -280,17 +302,29 @@ def report(result: dict[str, Any]) -> str:
         f"{after['executing_seats']} seats, waiting {after['waiting_requests']} / "
         f"{after['waiting_seats']} -> "
         + ("no leaked seat" if checks["no_leaked_seat"] else f"LEAK {checks['leaked']}"),
-        f"Server RSS peak: first 10% {result['rss_first_10pct_peak'] / 2**20:.1f} MiB, last 10% "
-        f"{result['rss_last_10pct_peak'] / 2**20:.1f} MiB -> growth "
-        f"{result['rss_growth']:+.2%} ({'ok' if checks['rss_growth_below_5pct'] else 'TOO MUCH'}"
-        f", limit {RSS_GROWTH_MAX:.0%})",
+        f"Server RSS peak: first 10% {_mib(result['rss_first_10pct_peak'])}, last 10% "
+        f"{_mib(result['rss_last_10pct_peak'])} -> growth {result['rss_growth']:+.2%} ("
+        + _rss_verdict(result["rss_growth"], checks["rss_growth_below_5pct"])
+        + f", limit {RSS_GROWTH_MAX:.0%})",
         f"Live objects in the server (after gc): {before['gc_objects']:,} at the start, "
         f"{result['server_stats_at_10pct'].get('gc_objects', 0):,} at 10%, "
         f"{after['gc_objects']:,} at the end",
     ]
     if not checks["no_unexpected_outcome"]:
         lines.append("Unexpected outcomes: see above (unexpected-*)")
+    if not checks["completed"]:
+        lines.append("INCOMPLETE: the time limit stopped the run (a failed check)")
     return "\n".join(lines)
+
+
+def _mib(rss: int | None) -> str:
+    return "no sample" if rss is None else f"{rss / 2**20:.1f} MiB"
+
+
+def _rss_verdict(growth: float, ok: bool) -> str:
+    if math.isnan(growth):
+        return "NOT MEASURED: a window has no RSS sample; run longer"
+    return "ok" if ok else "TOO MUCH"
 
 
 def main() -> int:
