@@ -25,10 +25,12 @@ import asyncio
 import gc
 import json
 import os
+import subprocess
 import sys
 import time
 from importlib import import_module
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -52,6 +54,7 @@ __all__ = [
     "work_semaphore",
     "soak",
     "soak_config",
+    "source_revision",
     "BUILD_MODULES",
 ]
 
@@ -76,7 +79,33 @@ def build_info() -> dict[str, Any]:
         "implementation": sys.implementation.name,
         "uvicorn": version("uvicorn"),
         "starlette": version("starlette"),
+        **source_revision(Path(files["apf_limiter.engine.queueset"]).parent.parent),
     }
+
+
+def source_revision(package: Path) -> dict[str, Any]:
+    """The git commit of the apf_limiter sources at ``package``, and whether they differ from it.
+
+    ``commit`` is ``None`` outside a git checkout. ``dirty`` covers the package directory only
+    (a compiled tree under ``build/`` is a copy of the checkout's sources at compile time).
+    """
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(package), *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except OSError:  # no git here
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--", ".") if commit else None
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
 def _capacity() -> int:
