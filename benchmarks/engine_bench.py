@@ -3,10 +3,14 @@
 Run: ``.venv/bin/python -m benchmarks.engine_bench`` (``--quick`` for a short run).
 
 1. Uncontended ``admit`` + release, classification included, against ``asyncio.Semaphore``
-   acquire + release (interleaved rounds; the median of the per-round ratios is reported).
-2. Saturated admit with queueing, then dispatch, per request, at 64 and 4096 queues and with
-   10 and 10,000 flows (sans-IO controller; the cost ratio across each range is reported).
+   acquire + release, with the default configuration and with 20 flow schemas
+   (:func:`benchmarks.interleave.interleaved_rounds`: warmed up, rotated rounds; the median of
+   the per-round ratios is reported).
+2. Saturated admit with queueing, then dispatch: :func:`saturated_level` builds the level;
+   :mod:`benchmarks.saturation_bench` measures the grid of queues, flows and backlogs.
 3. Memory per queued request (tracemalloc), engine only and through the async shell.
+
+The results go to ``benchmarks/results/engine.json`` (``--out`` to choose another file).
 """
 
 from __future__ import annotations
@@ -14,17 +18,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import statistics
+import json
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from apf_limiter import Limiter, RequestDigest
 from apf_limiter.config.loader import load_config
 from apf_limiter.engine.controller import Controller
 from apf_limiter.engine.request import RequestState
+from benchmarks.bench_app import build_info
+from benchmarks.interleave import interleaved_rounds
+from benchmarks.servers import REPO_ROOT
 
+__all__ = [
+    "USER",
+    "fast_path",
+    "level_config",
+    "main",
+    "memory_per_queued_request",
+    "saturated_level",
+    "twenty_schemas_config",
+]
+
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "engine.json"
 USER = RequestDigest(user="alice", groups=("system:authenticated",), path="/api/items")
 
 
@@ -128,13 +147,6 @@ def twenty_schemas_config() -> dict[str, Any]:
     }
 
 
-async def _time_loop(body: Callable[[], Awaitable[None]], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        await body()
-    return (time.perf_counter() - start) / n
-
-
 async def fast_path(rounds: int, n: int) -> dict[str, tuple[float, float]]:
     """Per-operation seconds and ratio to the semaphore (medians over interleaved rounds)."""
     semaphore = asyncio.Semaphore(10)
@@ -154,21 +166,8 @@ async def fast_path(rounds: int, n: int) -> dict[str, tuple[float, float]]:
 
         return body
 
-    samples: dict[str, list[float]] = {"asyncio.Semaphore": []}
-    ratios: dict[str, list[float]] = {name: [] for name in limiters}
-    for name in limiters:
-        samples[name] = []
-    for _ in range(rounds):
-        base = await _time_loop(sem, n)
-        samples["asyncio.Semaphore"].append(base)
-        for name, limiter in limiters.items():
-            cost = await _time_loop(apf(limiter), n)
-            samples[name].append(cost)
-            ratios[name].append(cost / base)
-    result = {"asyncio.Semaphore": (statistics.median(samples["asyncio.Semaphore"]), 1.0)}
-    for name in limiters:
-        result[name] = (statistics.median(samples[name]), statistics.median(ratios[name]))
-    return result
+    bodies = {"asyncio.Semaphore": sem, **{name: apf(lim) for name, lim in limiters.items()}}
+    return await interleaved_rounds(bodies, "asyncio.Semaphore", rounds, n)
 
 
 def saturated_level(
@@ -212,11 +211,6 @@ def saturated_level(
 
     step(min(flows, 20_000))  # warm the caches: every flow has arrived once
     return step
-
-
-def saturated(queues: int, flows: int, n: int) -> float:
-    """Seconds per request for arrive-into-queue + a completion that dispatches one."""
-    return saturated_level(queues, flows)(n)
 
 
 def memory_per_queued_request(count: int) -> tuple[float, float]:
@@ -276,36 +270,39 @@ def memory_per_queued_request(count: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    """Run every benchmark and print a report."""
+    """Run the benchmarks, print a report and write the JSON file."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short run (for smoke tests)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result file")
     args = parser.parse_args()
-    rounds, n = (3, 20_000) if args.quick else (7, 100_000)
+    rounds, n = (3, 20_000) if args.quick else (9, 100_000)
+    info = build_info()
+    print(f"apf_limiter build: {info['build']} ({info['queueset_file']})")
 
-    print("1. Uncontended admit + release (classification included)")
-    for name, (seconds, ratio) in asyncio.run(fast_path(rounds, n)).items():
+    print("1. Uncontended admit + release (classification included), interleaved rounds")
+    fast = asyncio.run(fast_path(rounds, n))
+    for name, (seconds, ratio) in fast.items():
         print(f"   {name:20s} {seconds * 1e6:7.2f} µs   {ratio:5.2f}x")
 
-    print("2. Saturated: enqueue + dispatch per request (backlog 2000, limit 100)")
-    count = 20_000 if args.quick else 100_000
-    results = {}
-    for queues in (64, 4096):
-        for flows in (10, 10_000):
-            results[(queues, flows)] = saturated(queues, flows, count)
-            print(
-                f"   queues {queues:5d} flows {flows:6d}  {results[(queues, flows)] * 1e6:7.2f} µs"
-            )
-    for flows in (10, 10_000):
-        ratio = results[(4096, flows)] / results[(64, flows)]
-        print(f"   64 -> 4096 queues at {flows} flows: {ratio:.2f}x")
-    for queues in (64, 4096):
-        ratio = results[(queues, 10_000)] / results[(queues, 10)]
-        print(f"   10 -> 10000 flows at {queues} queues: {ratio:.2f}x")
+    print("2. Saturated engine: see benchmarks/saturation_bench.py (the whole grid, interleaved)")
 
     print("3. Memory per queued request")
-    engine, shell = memory_per_queued_request(20_000 if args.quick else 100_000)
+    count = 20_000 if args.quick else 100_000
+    engine, shell = memory_per_queued_request(count)
     print(f"   engine only: {engine:6.0f} B")
     print(f"   through Limiter.admit, beyond an idle waiting task: {shell:6.0f} B")
+
+    result = {
+        "build": info,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "rounds": rounds,
+        "n": n,
+        "fast_path": {name: {"seconds": t, "ratio": r} for name, (t, r) in fast.items()},
+        "memory": {"queued": count, "engine_bytes": engine, "shell_bytes": shell},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"Results written to {args.out}")
 
 
 if __name__ == "__main__":

@@ -4,35 +4,39 @@ Run: ``.venv/bin/python -m benchmarks.metrics_overhead`` (``--quick`` for a shor
 
 1. Uncontended ``admit`` + release with no observer, with a no-op :class:`Observer` (what the
    limiter's hook calls cost by themselves), and with :class:`PrometheusMetrics` bound to the
-   limiter, in interleaved rounds; the median of the per-round ratios to "metrics off" is
-   reported. With metrics on, each admission costs three observer calls (arrival, dispatch,
-   finish), each a dictionary lookup and a few additions.
+   limiter, in interleaved rounds (:func:`benchmarks.interleave.interleaved_rounds`); the
+   median of the per-round ratios to "metrics off" is reported. With metrics on, each
+   admission costs three observer calls (arrival, dispatch, finish), each a dictionary
+   lookup and a few additions.
 2. The cost of one scrape (``generate_latest``) of the default configuration with requests
    waiting and executing, for reference (scrapes happen every few seconds, not per request).
+
+The results go to ``benchmarks/results/metrics_overhead.json`` (``--out`` for another file).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
+import json
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from apf_limiter import Limiter, RequestDigest
 from apf_limiter.observability import PrometheusMetrics
 from apf_limiter.observer import Observer
+from benchmarks.bench_app import build_info
+from benchmarks.interleave import interleaved_rounds
+from benchmarks.servers import REPO_ROOT
+
+__all__ = ["fast_path", "main", "scrape_cost"]
+
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "metrics_overhead.json"
 
 USER = RequestDigest(user="alice", groups=("system:authenticated",), path="/api/items")
-
-
-async def _time_loop(body: Callable[[], Awaitable[None]], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        await body()
-    return (time.perf_counter() - start) / n
 
 
 def _admit(limiter: Limiter) -> Callable[[], Awaitable[None]]:
@@ -52,21 +56,8 @@ async def fast_path(rounds: int, n: int) -> dict[str, tuple[float, float]]:
         "metrics on": Limiter(hash_seed=1, observer=metrics),
     }
     metrics.bind(limiters["metrics on"])
-    samples: dict[str, list[float]] = {name: [] for name in limiters}
-    ratios: dict[str, list[float]] = {name: [] for name in limiters}
-    for limiter in limiters.values():
-        await _time_loop(_admit(limiter), n // 10)  # warm up
-    for _ in range(rounds):
-        base = 0.0
-        for name, limiter in limiters.items():
-            cost = await _time_loop(_admit(limiter), n)
-            base = base or cost
-            samples[name].append(cost)
-            ratios[name].append(cost / base)
-    return {
-        name: (statistics.median(samples[name]), statistics.median(ratios[name]))
-        for name in limiters
-    }
+    bodies = {name: _admit(limiter) for name, limiter in limiters.items()}
+    return await interleaved_rounds(bodies, "metrics off", rounds, n)
 
 
 async def scrape_cost(repeats: int) -> float:
@@ -95,17 +86,32 @@ async def scrape_cost(repeats: int) -> float:
 
 
 def main() -> None:
-    """Run the benchmarks and print a report."""
+    """Run the benchmarks, print a report and write the JSON file."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short run (for smoke tests)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result file")
     args = parser.parse_args()
     rounds, n = (3, 20_000) if args.quick else (9, 100_000)
+    info = build_info()
+    print(f"apf_limiter build: {info['build']} ({info['queueset_file']})")
     print("1. Uncontended admit + release (medians of interleaved rounds; ratio to metrics off)")
-    for name, (seconds, ratio) in asyncio.run(fast_path(rounds, n)).items():
+    fast = asyncio.run(fast_path(rounds, n))
+    for name, (seconds, ratio) in fast.items():
         print(f"   {name:15s} {seconds * 1e6:7.2f} µs   {ratio:5.2f}x")
     cost = asyncio.run(scrape_cost(20 if args.quick else 100))
     print("2. One scrape of the default configuration, requests executing and waiting")
     print(f"   {cost * 1e3:7.2f} ms")
+    result = {
+        "build": info,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "rounds": rounds,
+        "n": n,
+        "fast_path": {name: {"seconds": t, "ratio": r} for name, (t, r) in fast.items()},
+        "scrape_seconds": cost,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"Results written to {args.out}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ Extends section 2 and 3 of :mod:`benchmarks.engine_bench` (it reuses its
 * bytes per queued request at 10,000 and 100,000 queued requests, and the marginal bytes
   of one more queued request between the two.
 
-Every cost is also given as a ratio to the first point of its row (64 queues, or the smallest
-backlog) measured in the same run: the median of three interleaved repetitions. The results go
+Every point of the grid is measured in the same interleaved rounds (one warm-up pass, then
+five rounds over all points, each round in a rotated order; the median per point), so any
+two points compare. Each cost is also given as a ratio to the first point of its row (64
+queues, or the smallest backlog), and the dearest point against the cheapest. The results go
 to ``benchmarks/results/saturation.json`` for :mod:`benchmarks.plots`.
 """
 
@@ -39,52 +41,69 @@ BACKLOGS = (1000, 10_000, 100_000)
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "saturation.json"
 
 
-def _median_of(steps: list[Callable[[int], float]], n: int, repeats: int) -> list[float]:
-    """Interleave ``repeats`` timings of every step function; the median per function."""
+def _interleaved_medians(steps: list[Callable[[int], float]], n: int, repeats: int) -> list[float]:
+    """Median seconds per request of every step function, all of them interleaved.
+
+    One warm-up pass first (the first timings after building the levels run cold), then
+    ``repeats`` rounds over the whole list, each round starting one step further on, so that
+    no point is always measured first or right after the same neighbour.
+    """
+    for step in steps:
+        step(max(1, n // 4))
     samples: list[list[float]] = [[] for _ in steps]
-    for _ in range(repeats):
-        for index, step in enumerate(steps):
-            samples[index].append(step(n))
+    for round_ in range(repeats):
+        for offset in range(len(steps)):
+            index = (round_ + offset) % len(steps)
+            samples[index].append(steps[index](n))
     return [statistics.median(s) for s in samples]
 
 
 def sweep(
     n: int = 20_000,
-    repeats: int = 3,
+    repeats: int = 5,
     queues: tuple[int, ...] = QUEUES,
     flows: tuple[int, ...] = FLOWS,
     backlogs: tuple[int, ...] = BACKLOGS,
     memory_counts: tuple[int, ...] = (10_000, 100_000),
 ) -> dict[str, Any]:
     """Measure the grid; seconds per request, ratios, bytes per queued request."""
+    grid_points = [(f, q) for f in flows for q in queues]
+    backlog_points = [(q, b) for q in (queues[0], queues[-1]) for b in backlogs]
+    steps = [saturated_level(q, f) for f, q in grid_points]
+    steps += [saturated_level(q, flows[-1], backlog=b) for q, b in backlog_points]
+    costs = _interleaved_medians(steps, n, repeats)
+    cost_of = dict(zip(grid_points + backlog_points, costs, strict=True))
     grid: dict[str, Any] = {}
     for flow_count in flows:
-        steps = [saturated_level(q, flow_count) for q in queues]
-        costs = _median_of(steps, n, repeats)
+        row = [cost_of[(flow_count, q)] for q in queues]
         grid[str(flow_count)] = {
             "queues": list(queues),
-            "seconds": costs,
-            "ratio_to_first": [c / costs[0] for c in costs],
+            "seconds": row,
+            "ratio_to_first": [c / row[0] for c in row],
         }
         print(
             f"  {flow_count:>6} flows: "
-            + ", ".join(f"{q} queues {c * 1e6:.2f} µs" for q, c in zip(queues, costs, strict=True))
+            + ", ".join(f"{q} queues {c * 1e6:.2f} µs" for q, c in zip(queues, row, strict=True))
         )
     backlog: dict[str, Any] = {}
     for queue_count in (queues[0], queues[-1]):
-        steps = [saturated_level(queue_count, flows[-1], backlog=b) for b in backlogs]
-        costs = _median_of(steps, n, repeats)
+        row = [cost_of[(queue_count, b)] for b in backlogs]
         backlog[str(queue_count)] = {
             "backlog": list(backlogs),
-            "seconds": costs,
-            "ratio_to_first": [c / costs[0] for c in costs],
+            "seconds": row,
+            "ratio_to_first": [c / row[0] for c in row],
         }
         print(
             f"  {queue_count:>5} queues, {flows[-1]} flows: "
             + ", ".join(
-                f"{b:,} queued {c * 1e6:.2f} µs" for b, c in zip(backlogs, costs, strict=True)
+                f"{b:,} queued {c * 1e6:.2f} µs" for b, c in zip(backlogs, row, strict=True)
             )
         )
+    # Every point came from the same interleaved rounds, so any two compare: the cheapest
+    # point of the whole grid against the most expensive.
+    spread = {"cheapest_seconds": min(costs), "dearest_seconds": max(costs)}
+    spread["ratio"] = spread["dearest_seconds"] / spread["cheapest_seconds"]
+    print(f"  dearest / cheapest point of the grid: {spread['ratio']:.2f}x")
     memory: dict[str, Any] = {}
     for count in memory_counts:
         engine, shell = memory_per_queued_request(count)
@@ -105,7 +124,14 @@ def sweep(
             f"engine {marginal['engine_bytes']:.0f} B, "
             f"through Limiter.admit {marginal['shell_bytes']:.0f} B"
         )
-    return {"by_flows": grid, "by_backlog": backlog, "memory": memory, "n": n}
+    return {
+        "by_flows": grid,
+        "by_backlog": backlog,
+        "spread": spread,
+        "memory": memory,
+        "n": n,
+        "repeats": repeats,
+    }
 
 
 def main() -> None:

@@ -1,0 +1,55 @@
+"""Interleaved, rotated timing rounds: how the fast-path benchmarks compare variants.
+
+The machines are 2 noisy, shared cores, so a variant is only ever compared with a baseline
+timed in the same round. Every variant is warmed up first; each round then times all of
+them, starting one variant further on each time, so that none is always first (cold) or
+always right after the same neighbour.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+__all__ = ["interleaved_rounds", "time_loop"]
+
+
+async def time_loop(body: Callable[[], Awaitable[None]], n: int) -> float:
+    """Seconds per call of ``await body()``, over ``n`` calls in a tight loop."""
+    start = time.perf_counter()
+    for _ in range(n):
+        await body()
+    return (time.perf_counter() - start) / n
+
+
+async def interleaved_rounds(
+    bodies: Mapping[str, Callable[[], Awaitable[None]]], baseline: str, rounds: int, n: int
+) -> dict[str, tuple[float, float]]:
+    """Time every body in rotated rounds; per body, the median seconds and ratio to baseline.
+
+    Args:
+        bodies: Variant name to the operation to time; ``baseline`` among them.
+        baseline: The variant every ratio is taken against, within each round.
+        rounds: Timing rounds (each times every variant once).
+        n: Calls per timing.
+
+    Returns:
+        Variant name to (median seconds per call, median of the per-round ratios).
+    """
+    names = list(bodies)
+    for name in names:
+        await time_loop(bodies[name], max(1, n // 10))  # warm up
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        for offset in range(len(names)):
+            name = names[(round_ + offset) % len(names)]
+            samples[name].append(await time_loop(bodies[name], n))
+    base = samples[baseline]
+    return {
+        name: (
+            statistics.median(times),
+            statistics.median(t / b for t, b in zip(times, base, strict=True)),
+        )
+        for name, times in samples.items()
+    }
