@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-__all__ = ["Clock", "Timer", "Waiter", "RealClock", "new_waiter"]
+__all__ = ["Clock", "Timer", "Waiter", "RealClock", "current_loop", "new_waiter"]
 
 
 class Timer(Protocol):
@@ -36,8 +36,13 @@ class Clock(Protocol):
 class Waiter(Protocol):
     """A one-shot wake-up signal for one waiting task."""
 
-    def set(self) -> None:
-        """Wake the waiting task (idempotent)."""
+    def set(self) -> bool:
+        """Wake the waiting task (idempotent).
+
+        Returns:
+            ``False`` when no task can be woken any more: its event loop was closed while
+            the task still waited (a loop closed without cancelling its tasks).
+        """
 
     def wait(self) -> Awaitable[Any]:
         """Return an awaitable that completes once :meth:`set` is called.
@@ -69,9 +74,18 @@ class _AsyncioWaiter(_OneWaiter):
         super().__init__()
         self._future: asyncio.Future[None] = loop.create_future()
 
-    def set(self) -> None:
-        if not self._future.done():
-            self._future.set_result(None)
+    def set(self) -> bool:
+        future = self._future
+        if not future.done():
+            try:
+                future.set_result(None)
+            except RuntimeError:
+                # Scheduling the waiting task's wake-up failed: its loop is closed, the task
+                # will never run again (anything else is not ours to hide).
+                if not future.get_loop().is_closed():
+                    raise
+                return False
+        return not future.get_loop().is_closed()
 
     def wait(self) -> Awaitable[None]:
         self._claim()
@@ -88,8 +102,10 @@ class _TrioWaiter(_OneWaiter):
         super().__init__()
         self._event = trio.Event()
 
-    def set(self) -> None:
+    def set(self) -> bool:
+        # A trio run ends only once every task in it has, so a waiting task is always alive.
         self._event.set()
+        return True
 
     def wait(self) -> Awaitable[None]:
         self._claim()
@@ -101,6 +117,24 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def current_loop() -> object | None:
+    """The running event loop (asyncio), the running trio run's token, or ``None``.
+
+    Timers and waiters belong to the loop they were made in, and die with it.
+    """
+    loop = _running_loop()
+    if loop is not None:
+        return loop
+    trio: Any = sys.modules.get("trio")
+    if trio is None:
+        return None
+    try:
+        token: object = trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        return None
+    return token
 
 
 def _in_trio() -> bool:

@@ -23,7 +23,7 @@ from os import PathLike
 from types import TracebackType
 from typing import Any, Final
 
-from apf_limiter.clock import Clock, RealClock, Timer, new_waiter
+from apf_limiter.clock import Clock, RealClock, Timer, current_loop, new_waiter
 from apf_limiter.config.loader import MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.config.model import Configuration
 from apf_limiter.digest import RequestDigest
@@ -146,14 +146,14 @@ class Admission:
             observer.request_arrived(request.priority_level, request.flow_schema, request.max_seats)
         if state is _EXECUTING:
             if len(dispatched) > 1:
-                _wake(dispatched)
+                limiter._wake(dispatched)
             if observer is not None:
                 observer.request_dispatched(
                     request.priority_level, request.flow_schema, 0.0, _is_exempt(request)
                 )
             return True
         if dispatched:
-            _wake(dispatched)
+            limiter._wake(dispatched)
         if state is not _WAITING:
             raise limiter._rejected(request, now)
         if observer is not None:
@@ -245,6 +245,8 @@ class Admission:
         limiter = self._limiter
         state = request.state
         if state is _TIMED_OUT:
+            if timer is None:  # reported already, by a release() before this task resumed
+                raise limiter._rejection(request, limiter._controller.retry_after(request))
             raise limiter._rejected(request, limiter._now())
         if state is not _EXECUTING:
             raise RuntimeError("the admission was released while it waited")
@@ -282,6 +284,12 @@ class Admission:
                 timer.cancel()
             self._limiter._abandon(request)
             request.handle.set()  # a concurrent wait() wakes up and reports the release
+        elif state is _TIMED_OUT and self._timer is not None:
+            # Its wait limit passed while no task was in wait(): report the time-out now
+            # (Retry-After, observer, log), once; a later wait() raises it without a report.
+            self._timer = None
+            limiter = self._limiter
+            limiter._rejected(request, limiter._now())
 
     async def __aenter__(self) -> Admission:
         if not self.start():
@@ -347,13 +355,6 @@ def _is_exempt(request: Request) -> bool:
     return bool(request.level.queue_set.desired_num_queues < 0)
 
 
-def _wake(dispatched: Sequence[Request]) -> None:
-    for request in dispatched:
-        waiter = request.handle
-        if waiter is not None:
-            waiter.set()
-
-
 class Limiter:
     """Kubernetes API Priority and Fairness for asyncio (and trio) code.
 
@@ -396,6 +397,7 @@ class Limiter:
         # Which arming the borrowing timer belongs to: a replaced timer that fires after all
         # sees another number and does nothing (no second chain of timers).
         self._borrowing_timer_arming = 0
+        self._borrowing_timer_loop: object | None = None  # the event loop it was set in
         self._closed = False
         self._config_path: str | None = None
         self._config_content: bytes | None = None
@@ -537,7 +539,7 @@ class Limiter:
             self._next_adjustment = now + self._period
             self._next_check = min(self._next_adjustment, self._next_reload)
             self._cancel_borrowing_timer()
-        _wake(dispatched)
+        self._wake(dispatched)
         self._arm_borrowing_timer(now)
         self._report_applied_config()
         for name in sorted(self._quiescing_levels() - quiescing_before):
@@ -596,16 +598,8 @@ class Limiter:
                     request.priority_level, request.flow_schema, now - request.arrival_time
                 )
         elif state is _EXECUTING:
-            # Dispatched while the cancellation was on its way: it counts as dispatched and
-            # finished at once, and its seats go to the next request.
-            if self._observer is not None:
-                self._observer.request_dispatched(
-                    request.priority_level,
-                    request.flow_schema,
-                    request.start_time - request.arrival_time,
-                    False,
-                )
-            self._finish(request)
+            # Dispatched while the cancellation was on its way.
+            self._finish_unrun(request)
         elif state is _TIMED_OUT:
             # Its wait limit passed just before the cancellation reached the waiting task:
             # the time-out is what happened. Record it as the woken task would have (the
@@ -634,10 +628,50 @@ class Limiter:
         if request.state is _LINGERING:  # the catch-up may have released it, a period late
             self._settle(self._controller.release(request, now))
 
+    def _wake(self, dispatched: Sequence[Request]) -> None:
+        """Wake the tasks waiting for the requests just dispatched."""
+        orphans: list[Request] | None = None
+        for request in dispatched:
+            waiter = request.handle
+            if waiter is not None and not waiter.set():
+                orphans = [request] if orphans is None else [*orphans, request]
+        if orphans is not None:
+            for request in orphans:
+                # Its task is gone with a loop closed without cancelling its tasks
+                # (asyncio.run cancels them; a hand-run loop may not), so it would hold its
+                # seats for good. Unless the task's coroutine, closed meanwhile by the garbage
+                # collector, has given them back already.
+                if request.state is _EXECUTING:
+                    logger.warning(
+                        "a request was given its seats after its event loop had closed; "
+                        "they go back (priority level %s, flow schema %s)",
+                        request.priority_level,
+                        request.flow_schema,
+                        extra={
+                            "priority_level": request.priority_level,
+                            "flow_schema": request.flow_schema,
+                        },
+                    )
+                    self._finish_unrun(request)
+
+    def _finish_unrun(self, request: Request) -> None:
+        """Count a dispatched request that will never run as dispatched and finished at once.
+
+        Its seats go to the next request.
+        """
+        if self._observer is not None:
+            self._observer.request_dispatched(
+                request.priority_level,
+                request.flow_schema,
+                request.start_time - request.arrival_time,
+                False,
+            )
+        self._finish(request)
+
     def _settle(self, dispatched: Sequence[Request]) -> None:
         """After seats were freed: wake what was dispatched, report a level that drained away."""
         if dispatched:
-            _wake(dispatched)
+            self._wake(dispatched)
         controller = self._controller
         report = controller.quiesce_report
         if report is None:
@@ -733,7 +767,7 @@ class Limiter:
 
     def _adjust(self, now: float) -> None:
         limits = self._limits()
-        _wake(self._controller.adjust_borrowing(now))
+        self._wake(self._controller.adjust_borrowing(now))
         self._report_borrowing(limits)
 
     def _limits(self) -> dict[str, int]:
@@ -803,16 +837,19 @@ class Limiter:
 
     def _arm_borrowing_timer(self, now: float) -> None:
         timer = self._borrowing_timer
+        loop = current_loop()
         if timer is not None:
-            if now < self._borrowing_timer_due:
+            if now < self._borrowing_timer_due and loop is self._borrowing_timer_loop:
                 return
-            # Due and not fired: lost with an event loop that has ended (a limiter outliving
-            # asyncio.run), or late on a busy loop. The caller has run the adjustments due
+            # Set in another event loop, which may have ended (a limiter outliving
+            # asyncio.run) and taken the timer with it; or due and not fired: lost the same
+            # way, or late on a busy loop. The caller has run the adjustments due
             # (_catch_up), so set a timer for the next one in the running loop; the old one
             # does nothing should it fire after all.
             timer.cancel()
             self._borrowing_timer = None
             self._borrowing_timer_due = _NEVER
+            self._borrowing_timer_loop = None
         # A closed limiter runs no borrowing timer; its adjustments are replayed at the next
         # call into it, as when no request waits.
         if not self._closed and self._controller.waiting_requests:
@@ -821,6 +858,7 @@ class Limiter:
                 self._next_adjustment - now, self._on_borrowing_timer, arming
             )
             self._borrowing_timer_due = self._next_adjustment
+            self._borrowing_timer_loop = loop
 
     def _on_borrowing_timer(self, arming: int) -> None:
         if arming != self._borrowing_timer_arming or self._borrowing_timer is None:
@@ -828,6 +866,7 @@ class Limiter:
         due = self._borrowing_timer_due
         self._borrowing_timer = None
         self._borrowing_timer_due = _NEVER
+        self._borrowing_timer_loop = None
         now = self._clock.now()
         # The timer was set for an adjustment, so that one is due, even when the clock reads a
         # hair before it (a FakeClock rounds delays to whole nanoseconds; asyncio fires timers
@@ -841,6 +880,7 @@ class Limiter:
             self._borrowing_timer.cancel()
             self._borrowing_timer = None
             self._borrowing_timer_due = _NEVER
+            self._borrowing_timer_loop = None
 
     def __repr__(self) -> str:
         parts = []

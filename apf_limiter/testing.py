@@ -125,7 +125,11 @@ class FakeClock:
     async def sleep(self, seconds: float) -> None:
         """Wait until fake time has moved ``seconds`` forward."""
         waiter = new_waiter()
-        timer = self.call_later(seconds, waiter.set)
+
+        def wake() -> None:
+            waiter.set()
+
+        timer = self.call_later(seconds, wake)
         try:
             await waiter.wait()
         finally:
