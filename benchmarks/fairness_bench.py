@@ -362,7 +362,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", type=int, default=20, help="flow-hash seeds (fake time)")
-    parser.add_argument("--http-rounds", type=int, default=2, help="HTTP rounds (0: none)")
+    parser.add_argument("--http-rounds", type=int, default=4, help="HTTP rounds (0: none)")
     parser.add_argument("--http-duration", type=float, default=20.0, help="seconds per HTTP run")
     parser.add_argument("--http-warmup", type=float, default=3.0, help="seconds not counted")
     parser.add_argument("--capacity", type=int, default=8, help="seats (HTTP)")
