@@ -117,7 +117,8 @@ def mice_latency(result: dict[str, Any], out: Path) -> None:
         else:
             ax.set_ylabel("mouse wait for a seat (ms)")
             ax.set_title("Fake time (exact), same load: the wait for a seat", fontsize=9)
-        ax.legend(loc="center right", fontsize=8)
+        # Outside the axes: the points fill the whole plot area.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, markerscale=2)
         ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
