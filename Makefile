@@ -34,6 +34,10 @@ pytest: $(STAMP)
 compile: $(STAMP)
 	rm -rf $(COMPILED) && mkdir -p $(COMPILED)
 	cp -r apf_limiter tests examples docs benchmarks $(COMPILED)/
+	# What the copy was compiled from, for the benchmarks' result files (build/ is not in git).
+	printf '%s %s\n' "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+		"$$(git status --porcelain -- apf_limiter 2>/dev/null | grep -q . && echo dirty || echo clean)" \
+		> $(COMPILED)/SOURCE_REVISION
 	printf '[mypy]\n[mypy-xxhash.*]\nignore_missing_imports = True\n' > $(COMPILED)/mypy.ini
 	cd $(COMPILED) && ../../$(BIN)/mypyc $(MYPYC_MODULES) > mypyc.log 2>&1 || (tail -50 mypyc.log; exit 1)
 	cp pyproject.toml $(COMPILED)/  # pytest's settings (after mypyc: its setuptools reads it)

@@ -40,8 +40,10 @@ class Waiter(Protocol):
         """Wake the waiting task (idempotent).
 
         Returns:
-            ``False`` when no task can be woken any more: its event loop was closed while
-            the task still waited (a loop closed without cancelling its tasks).
+            ``False`` when the waiting task cannot be woken: its event loop was closed while
+            the task still waited (a loop closed without cancelling its tasks). ``True``
+            otherwise, which does not promise that the task will run: its loop may still
+            close before it does.
         """
 
     def wait(self) -> Awaitable[Any]:

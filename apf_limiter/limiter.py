@@ -289,7 +289,7 @@ class Admission:
             # (Retry-After, observer, log), once; a later wait() raises it without a report.
             self._timer = None
             limiter = self._limiter
-            limiter._rejected(request, limiter._now())
+            limiter._rejected(request, limiter._now(), request.release_at - request.arrival_time)
 
     async def __aenter__(self) -> Admission:
         if not self.start():
@@ -398,6 +398,9 @@ class Limiter:
         # sees another number and does nothing (no second chain of timers).
         self._borrowing_timer_arming = 0
         self._borrowing_timer_loop: object | None = None  # the event loop it was set in
+        # Requests dispatched to tasks that died with their event loop, to finish (_wake).
+        self._orphans: list[Request] = []
+        self._finishing_orphans = False
         self._closed = False
         self._config_path: str | None = None
         self._config_content: bytes | None = None
@@ -581,6 +584,7 @@ class Limiter:
         if request.state is not _WAITING:
             return
         self._settle(self._controller.cancel(request, now, timed_out=True))
+        request.release_at = now  # when its wait ended, for a report at release()
         request.handle.set()
 
     def _abandon(self, request: Request) -> None:
@@ -616,9 +620,20 @@ class Limiter:
             )
         dispatched = self._controller.finish(request, now)
         if request.state is _LINGERING:
-            self._clock.call_later(request.additional_latency, self._release, request)
+            self._arm_release(request)
         if dispatched or self._controller.quiesce_report is not None:
             self._settle(dispatched)  # skipped on the fast path: nothing to wake or report
+
+    def _arm_release(self, request: Request) -> None:
+        try:
+            self._clock.call_later(request.additional_latency, self._release, request)
+        except RuntimeError:
+            if current_loop() is not None:
+                raise
+            # Finished outside any event loop (a request whose task died with its loop,
+            # finished by a call from synchronous code): no timer can be set. The first
+            # borrowing adjustment a period after release_at gives the seats back
+            # (_release_lost_lingering), as for a timer lost with its loop.
 
     def _release(self, request: Request) -> None:
         if request.state is not _LINGERING:
@@ -634,13 +649,20 @@ class Limiter:
         for request in dispatched:
             waiter = request.handle
             if waiter is not None and not waiter.set():
-                orphans = [request] if orphans is None else [*orphans, request]
-        if orphans is not None:
-            for request in orphans:
+                orphans = self._orphans
+                orphans.append(request)
+        if orphans is None or self._finishing_orphans:
+            # None, or an outer call is finishing them: one after another, so that a long
+            # line of them is a loop, not a recursion (each finish dispatches the next).
+            return
+        self._finishing_orphans = True
+        try:
+            while orphans:
+                request = orphans.pop(0)
                 # Its task is gone with a loop closed without cancelling its tasks
                 # (asyncio.run cancels them; a hand-run loop may not), so it would hold its
-                # seats for good. Unless the task's coroutine, closed meanwhile by the garbage
-                # collector, has given them back already.
+                # seats for good. Unless the task's coroutine, closed meanwhile by the
+                # garbage collector, has given them back already.
                 if request.state is _EXECUTING:
                     logger.warning(
                         "a request was given its seats after its event loop had closed; "
@@ -653,6 +675,8 @@ class Limiter:
                         },
                     )
                     self._finish_unrun(request)
+        finally:
+            self._finishing_orphans = False
 
     def _finish_unrun(self, request: Request) -> None:
         """Count a dispatched request that will never run as dispatched and finished at once.
@@ -693,8 +717,11 @@ class Limiter:
             retry_after=retry_after,
         )
 
-    def _rejected(self, request: Request, now: float) -> Rejected:
-        """Record a rejection (Retry-After, observer, log) and return its exception."""
+    def _rejected(self, request: Request, now: float, waited: float | None = None) -> Rejected:
+        """Record a rejection (Retry-After, observer, log) and return its exception.
+
+        ``waited`` is the time the request spent waiting, when it ended before ``now``.
+        """
         retry_after = self._controller.record_rejection(request, now)
         reason: Any = request.reject_reason
         if self._observer is not None:
@@ -702,7 +729,7 @@ class Limiter:
                 request.priority_level,
                 request.flow_schema,
                 reason,
-                now - request.arrival_time,
+                now - request.arrival_time if waited is None else waited,
                 _is_exempt(request),
             )
         if logger.isEnabledFor(logging.DEBUG):
@@ -736,26 +763,34 @@ class Limiter:
 
     def _catch_up(self, now: float) -> None:
         """Run the borrowing adjustments that fell due up to ``now``."""
-        due = self._next_adjustment
-        if now < due:
+        if now < self._next_adjustment:
             return
-        period = self._period
         replayed = 0
-        while due <= now and replayed < _MAX_REPLAYED_ADJUSTMENTS:
+        # The schedule moves on before each adjustment runs: an adjustment may finish a
+        # request (one whose task died with its event loop, _wake), and that finish's own
+        # housekeeping must find this adjustment done rather than run it a second time.
+        while True:
+            due = self._next_adjustment
+            if due > now:
+                break
+            period = self._period
+            if replayed >= _MAX_REPLAYED_ADJUSTMENTS:
+                # A long idle stretch: the smoothed demand has long decayed; resume on the grid.
+                self._schedule_adjustment(due + period * math.ceil((now - due) / period + 1e-9))
+                self._adjust(now)
+                break
+            self._schedule_adjustment(due + period)
             # Nothing changed since the last event, so adjusting "late" at the due time is
             # exactly what a timer would have done.
             self._adjust(due)
-            due += period
             replayed += 1
-        if due <= now:
-            # A long idle stretch: the smoothed demand has long decayed; resume on the grid.
-            self._adjust(now)
-            due += period * math.ceil((now - due) / period + 1e-9)
-        self._next_adjustment = due
-        self._next_check = min(due, self._next_reload)
         # Seats whose additional latency ended a whole period ago: their timers were lost
         # with an event loop that has ended (a limiter outliving asyncio.run).
-        self._release_lost_lingering(now - period)
+        self._release_lost_lingering(now - self._period)
+
+    def _schedule_adjustment(self, due: float) -> None:
+        self._next_adjustment = due
+        self._next_check = min(due, self._next_reload)
 
     def _release_lost_lingering(self, overdue: float) -> None:
         """Release the final seats that were due back by ``overdue`` (their timers are lost)."""
@@ -839,7 +874,11 @@ class Limiter:
         timer = self._borrowing_timer
         loop = current_loop()
         if timer is not None:
-            if now < self._borrowing_timer_due and loop is self._borrowing_timer_loop:
+            if loop is None or (
+                now < self._borrowing_timer_due and loop is self._borrowing_timer_loop
+            ):
+                # Kept: set in this loop and not yet due; or called from synchronous code,
+                # where no timer could be set to replace it.
                 return
             # Set in another event loop, which may have ended (a limiter outliving
             # asyncio.run) and taken the timer with it; or due and not fired: lost the same

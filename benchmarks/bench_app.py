@@ -86,9 +86,17 @@ def build_info() -> dict[str, Any]:
 def source_revision(package: Path) -> dict[str, Any]:
     """The git commit of the apf_limiter sources at ``package``, and whether they differ from it.
 
-    ``commit`` is ``None`` outside a git checkout. ``dirty`` covers the package directory only
-    (a compiled tree under ``build/`` is a copy of the checkout's sources at compile time).
+    ``commit`` is ``None`` outside a git checkout. ``dirty`` covers the package directory only.
+    A compiled tree (``make compile``, under the git-ignored ``build/``) is a copy of the
+    sources: its ``SOURCE_REVISION`` file says what it was compiled from.
     """
+    stamp = package.parent / "SOURCE_REVISION"
+    if stamp.is_file():
+        commit_text, _, state = stamp.read_text().strip().partition(" ")
+        return {
+            "commit": None if commit_text == "unknown" else commit_text,
+            "dirty": state == "dirty",
+        }
 
     def git(*args: str) -> str | None:
         try:

@@ -30,3 +30,13 @@ def test_build_info_names_the_commit_of_the_measured_sources() -> None:
 
 def test_sources_outside_git_have_no_commit(tmp_path: Path) -> None:
     assert source_revision(tmp_path) == {"commit": None, "dirty": None}
+
+
+def test_a_compiled_tree_names_the_revision_it_was_compiled_from(tmp_path: Path) -> None:
+    # build/ is not in git: asking git there would name whatever the checkout is at now.
+    (tmp_path / "apf_limiter").mkdir()
+    (tmp_path / "SOURCE_REVISION").write_text("0123456789abcdef0123456789abcdef01234567 dirty\n")
+    assert source_revision(tmp_path / "apf_limiter") == {
+        "commit": "0123456789abcdef0123456789abcdef01234567",
+        "dirty": True,
+    }

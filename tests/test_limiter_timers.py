@@ -329,3 +329,141 @@ async def _wait_a_moment(admission: Admission) -> asyncio.Task[None]:
     task = asyncio.get_running_loop().create_task(admission.wait())
     await asyncio.sleep(0)
     return task
+
+
+def _left_waiting_in_a_closed_loop(admissions: list[Admission]) -> list[asyncio.Task[None]]:
+    """Start each admission (it queues) and leave a task waiting for it in a hand-run loop
+    that is closed without cancelling them; the tasks are returned to keep them referenced
+    (the garbage collector would close their coroutines, which give the seats back)."""
+    loop = asyncio.new_event_loop()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def leave() -> None:
+        for admission in admissions:
+            assert not admission.start()
+            tasks.append(asyncio.get_running_loop().create_task(admission.wait()))
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(leave())
+    finally:
+        loop.close()
+    return tasks
+
+
+@pytest.mark.timeout(20)
+def test_a_long_line_of_dead_waiters_is_finished_in_a_loop_not_a_recursion() -> None:
+    # Each finished orphan dispatches the next one: finishing them recursively ran out of
+    # stack at a few hundred, with a seat held for good and the rest stuck in the queue.
+    limiter = Limiter(single_level_config(limit=1, queues=1, queue_length_limit=5000))
+    holder = limiter.admit(_digest())
+    assert holder.start()
+    orphans = [limiter.admit(_digest(f"user-{i}")) for i in range(3000)]
+    kept = _left_waiting_in_a_closed_loop(orphans)
+
+    async def release() -> None:
+        holder.release()
+
+    asyncio.run(release())
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.executing_seats, level.waiting_requests) == (0, 0, 0)
+    assert len(kept) == 3000
+
+
+def _borrowing_config() -> dict[str, Any]:
+    """Level ``a`` (queuing, lends nothing) can borrow from ``b`` (lends everything)."""
+    everyone = [
+        {
+            "subjects": [{"kind": "Group", "group": {"name": "*"}}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        }
+    ]
+    queuing = {"queues": 1, "handSize": 1, "queueLengthLimit": 50}
+    return {
+        "serverConcurrencyLimit": 20,
+        "borrowingPeriod": 10,
+        "priorityLevels": [
+            {
+                "name": "a",
+                "limited": {
+                    "nominalConcurrencyShares": 10,
+                    "lendablePercent": 0,
+                    "limitResponse": {"type": "Queue", "queuing": queuing},
+                },
+            },
+            {"name": "b", "limited": {"nominalConcurrencyShares": 10, "lendablePercent": 100}},
+        ],
+        "flowSchemas": [
+            {
+                "name": "a",
+                "priorityLevelConfiguration": {"name": "a"},
+                "matchingPrecedence": 100,
+                "rules": everyone,
+            }
+        ],
+    }
+
+
+@pytest.mark.timeout(10)
+def test_an_adjustment_that_finishes_a_dead_waiter_runs_once() -> None:
+    # The adjustment due at t = 10 lends level a a seat, dispatching a request whose task
+    # died with its loop; finishing it runs the limiter's housekeeping, which must not run
+    # the same adjustment again (twice per period, the smoothed demand decays twice as fast).
+    clock = _ManualClock()
+    limiter = Limiter(_borrowing_config(), clock=clock)
+    limit = limiter.statistics().priority_levels["a"].current_limit
+    holders = [limiter.admit(_digest()) for _ in range(limit)]
+    assert all(holder.start() for holder in holders)
+    orphan = limiter.admit(_digest())
+    kept = _left_waiting_in_a_closed_loop([orphan])
+    before = limiter.statistics().adjustments
+    clock.time = 10.0
+    level = limiter.statistics().priority_levels["a"]
+    assert level.current_limit > limit  # the adjustment did lend a seat ...
+    assert level.executing_requests == limit  # ... and the orphan gave it back at once
+    assert limiter.statistics().adjustments == before + 1
+    assert kept
+
+
+async def test_a_synchronous_reconfigure_keeps_the_pending_borrowing_timer() -> None:
+    # reconfigure() from code that runs no event loop (here: a timer callback's direct call
+    # stands for it) cannot set a new timer, so it must keep the one that is pending.
+    clock = _ManualClock()
+    limiter, holder, queued = _one_waiting(clock)
+    armed = len(_borrowing_timers(clock))
+
+    def reconfigure_without_a_loop() -> None:
+        limiter.reconfigure(single_level_config(limit=1))
+
+    await asyncio.get_running_loop().run_in_executor(None, reconfigure_without_a_loop)
+    assert len(_borrowing_timers(clock)) == armed  # no new timer, the old one kept
+    assert limiter._borrowing_timer is not None
+    queued.release()
+    holder.release()
+
+
+async def test_a_time_out_reported_at_release_reports_the_wait_until_the_time_out() -> None:
+    clock = FakeClock()
+    waits: list[float] = []
+
+    class Waits:
+        def __getattr__(self, name: str) -> Any:
+            def record(*args: Any) -> None:
+                if name == "request_rejected":
+                    waits.append(args[3])
+
+            return record
+
+    limiter = Limiter(
+        single_level_config(limit=1, wait_limit=2),
+        clock=clock,
+        observer=Waits(),  # type: ignore[arg-type]
+    )
+    holder = limiter.admit(_digest())
+    assert holder.start()
+    queued = limiter.admit(_digest())
+    assert not queued.start()
+    await clock.advance(3600)  # released an hour after its wait limit passed
+    queued.release()
+    assert waits == [pytest.approx(2.0)]
+    holder.release()

@@ -67,7 +67,8 @@ class Request:
             ``TIMED_OUT``).
         queue_length_after_enqueue: The queue's length right after this request joined it
             (set only for a request that waited).
-        release_at: When a lingering request's final seats are due back (set only then).
+        release_at: When a lingering request's final seats are due back; the shell also
+            keeps here when a request's wait limit passed (``TIMED_OUT``).
         handle: Free slot for the shell (its waiter); the engine never reads it.
         digest: Free slot for the shell (the request digest); the engine never reads it.
         level: The owning level's run-time state (set by the controller).
