@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -31,6 +30,7 @@ from apf_limiter.engine.controller import Controller
 from apf_limiter.engine.request import RequestState
 from benchmarks.bench_app import build_info
 from benchmarks.interleave import interleaved_rounds
+from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT
 
 __all__ = [
@@ -300,9 +300,7 @@ def main() -> None:
         "fast_path": {name: {"seconds": t, "ratio": r} for name, (t, r) in fast.items()},
         "memory": {"queued": count, "engine_bytes": engine, "shell_bytes": shell},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"Results written to {args.out}")
+    write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)
 
 
 if __name__ == "__main__":

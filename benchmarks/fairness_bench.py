@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import statistics
 import time
@@ -52,6 +51,7 @@ from benchmarks.fairness_sim import (
     summarize,
     utilization_while_backlogged,
 )
+from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT, running_server, uvicorn_impl
 
 __all__ = ["fake_time", "http", "main", "server_side"]
@@ -384,9 +384,7 @@ def main() -> None:
         result["http"] = http(args.http_rounds, load, args.http_warmup, args.capacity)
     print(report(result))
     print(f"({time.perf_counter() - started:.0f} s)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"Results written to {args.out}")
+    write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)
 
 
 if __name__ == "__main__":

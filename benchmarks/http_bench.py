@@ -23,7 +23,6 @@ ratios to ``bare``; the results go to a JSON file for :mod:`benchmarks.plots`.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -34,6 +33,7 @@ from typing import Any
 from apf_limiter.config.defaults import default_configuration
 from benchmarks.bench_app import build_info
 from benchmarks.loadgen import LoadResult, generator_ceiling, run_load, wrk_path
+from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT, Server, running_server, uvicorn_impl
 
 __all__ = ["VARIANTS", "machine", "main", "run"]
@@ -290,9 +290,7 @@ def main() -> None:
         http=None if args.http == "auto" else args.http,
     )
     print(report(result))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"Results written to {args.out}")
+    write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)
 
 
 if __name__ == "__main__":

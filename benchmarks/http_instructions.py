@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import re
 import shutil
 import statistics
@@ -45,6 +43,7 @@ from apf_limiter.asgi.types import ASGIApp, Receive, Scope, Send
 from benchmarks import bench_app
 from benchmarks.bench_app import build_info
 from benchmarks.http_bench import machine
+from benchmarks.result_file import write_result
 
 __all__ = ["VARIANTS", "drive", "main", "protocols", "run_variant"]
 
@@ -317,9 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f" {result['instruction_ratio_to_bare'][v]:6.3f}"
                 )
             print(line)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {os.path.relpath(args.out)}")
+    write_result(report, args.out, default=DEFAULT_OUT, quick=args.quick, indent=2)
     return report
 
 

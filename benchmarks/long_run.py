@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
 import random
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_app import build_info
+from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT, Server, fetch_json, running_server
 
 __all__ = ["main", "rss_growth", "run"]
@@ -350,9 +350,7 @@ def main() -> int:
         wait_limit=args.wait_limit,
     )
     print(report(result))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result) + "\n")
-    print(f"Results written to {args.out}")
+    write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick, indent=None)
     checks = result["checks"]
     return 0 if all(v for k, v in checks.items() if k != "leaked") else 1
 

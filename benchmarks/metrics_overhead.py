@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from apf_limiter.observability import PrometheusMetrics
 from apf_limiter.observer import Observer
 from benchmarks.bench_app import build_info
 from benchmarks.interleave import interleaved_rounds
+from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT
 
 __all__ = ["fast_path", "main", "scrape_cost"]
@@ -109,9 +109,7 @@ def main() -> None:
         "fast_path": {name: {"seconds": t, "ratio": r} for name, (t, r) in fast.items()},
         "scrape_seconds": cost,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"Results written to {args.out}")
+    write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)
 
 
 if __name__ == "__main__":

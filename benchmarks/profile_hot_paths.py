@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import json
 import pstats
 import shutil
 import subprocess
@@ -40,6 +39,7 @@ from apf_limiter.engine.classifier import Classifier
 from benchmarks.bench_app import build_info
 from benchmarks.engine_bench import USER, saturated_level, twenty_schemas_config
 from benchmarks.http_bench import machine
+from benchmarks.result_file import write_result
 
 __all__ = ["PATHS", "Profile", "calls_per_request", "main", "package_of", "self_time_shares"]
 
@@ -301,12 +301,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results[name] = result
         _print(name, result)
     report = {"machine": machine(), "build": build, "paths": results}
+    out = args.out
     if not args.no_write:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"\nwritten: {args.out}")
+        out = write_result(report, args.out, default=DEFAULT_OUT, quick=args.quick, indent=2)
     if args.flamegraph:
-        _flamegraph(args.out.parent / "apf_flame.svg", FULL_REQUESTS["http"])
+        _flamegraph(out.parent / "apf_flame.svg", FULL_REQUESTS["http"])
     return report
 
 

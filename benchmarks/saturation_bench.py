@@ -22,7 +22,6 @@ to ``benchmarks/results/saturation.json`` for :mod:`benchmarks.plots`.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from typing import Any
 
 from benchmarks.bench_app import build_info
 from benchmarks.engine_bench import memory_per_queued_request, saturated_level
+from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT
 
 __all__ = ["QUEUES", "FLOWS", "BACKLOGS", "sweep", "main"]
@@ -160,9 +160,7 @@ def main() -> None:
     result["build"] = info
     result["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"({time.perf_counter() - started:.0f} s)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"Results written to {args.out}")
+    write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)
 
 
 if __name__ == "__main__":
