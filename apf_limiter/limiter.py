@@ -539,8 +539,7 @@ class Limiter:
         self._config = loaded
         if loaded.borrowing_period != self._period:
             self._period = loaded.borrowing_period
-            self._next_adjustment = now + self._period
-            self._next_check = min(self._next_adjustment, self._next_reload)
+            self._schedule_adjustment(now + self._period)
             self._cancel_borrowing_timer()
         self._wake(dispatched)
         self._arm_borrowing_timer(now)
@@ -885,10 +884,7 @@ class Limiter:
             # way, or late on a busy loop. The caller has run the adjustments due
             # (_catch_up), so set a timer for the next one in the running loop; the old one
             # does nothing should it fire after all.
-            timer.cancel()
-            self._borrowing_timer = None
-            self._borrowing_timer_due = _NEVER
-            self._borrowing_timer_loop = None
+            self._cancel_borrowing_timer()
         # A closed limiter runs no borrowing timer; its adjustments are replayed at the next
         # call into it, as when no request waits.
         if not self._closed and self._controller.waiting_requests:

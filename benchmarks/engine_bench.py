@@ -29,7 +29,7 @@ from apf_limiter.config.loader import load_config
 from apf_limiter.engine.controller import Controller
 from apf_limiter.engine.request import RequestState
 from benchmarks.bench_app import build_info
-from benchmarks.interleave import interleaved_rounds
+from benchmarks.interleave import interleaved_rounds, run_fast_path
 from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT
 
@@ -275,14 +275,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short run (for smoke tests)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result file")
     args = parser.parse_args()
-    rounds, n = (3, 20_000) if args.quick else (9, 100_000)
     info = build_info()
     print(f"apf_limiter build: {info['build']} ({info['queueset_file']})")
 
     print("1. Uncontended admit + release (classification included), interleaved rounds")
-    fast = asyncio.run(fast_path(rounds, n))
-    for name, (seconds, ratio) in fast.items():
-        print(f"   {name:20s} {seconds * 1e6:7.2f} µs   {ratio:5.2f}x")
+    timed = run_fast_path(fast_path, quick=args.quick)
 
     print("2. Saturated engine: see benchmarks/saturation_bench.py (the whole grid, interleaved)")
 
@@ -295,9 +292,7 @@ def main() -> None:
     result = {
         "build": info,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "rounds": rounds,
-        "n": n,
-        "fast_path": {name: {"seconds": t, "ratio": r} for name, (t, r) in fast.items()},
+        **timed,
         "memory": {"queued": count, "engine_bytes": engine, "shell_bytes": shell},
     }
     write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)

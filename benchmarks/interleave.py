@@ -8,11 +8,16 @@ always right after the same neighbour.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any
 
-__all__ = ["interleaved_rounds", "time_loop"]
+__all__ = ["FastPath", "interleaved_rounds", "run_fast_path", "time_loop"]
+
+#: A fast-path benchmark: ``measure(rounds, n)`` gives, per variant, (seconds, ratio).
+FastPath = Callable[[int, int], Coroutine[Any, Any, dict[str, tuple[float, float]]]]
 
 
 async def time_loop(body: Callable[[], Awaitable[None]], n: int) -> float:
@@ -52,4 +57,22 @@ async def interleaved_rounds(
             statistics.median(t / b for t, b in zip(times, base, strict=True)),
         )
         for name, times in samples.items()
+    }
+
+
+def run_fast_path(measure: FastPath, *, quick: bool) -> dict[str, Any]:
+    """Run a fast-path benchmark (9 rounds of 100,000; ``quick``: 3 of 20,000), print its table.
+
+    Returns:
+        The part of the result file it fills: ``rounds``, ``n`` and ``fast_path`` (per
+        variant, ``seconds`` and ``ratio``).
+    """
+    rounds, n = (3, 20_000) if quick else (9, 100_000)
+    fast = asyncio.run(measure(rounds, n))
+    for name, (seconds, ratio) in fast.items():
+        print(f"   {name:20s} {seconds * 1e6:7.2f} µs   {ratio:5.2f}x")
+    return {
+        "rounds": rounds,
+        "n": n,
+        "fast_path": {name: {"seconds": t, "ratio": r} for name, (t, r) in fast.items()},
     }

@@ -28,7 +28,7 @@ from apf_limiter import Limiter, RequestDigest
 from apf_limiter.observability import PrometheusMetrics
 from apf_limiter.observer import Observer
 from benchmarks.bench_app import build_info
-from benchmarks.interleave import interleaved_rounds
+from benchmarks.interleave import interleaved_rounds, run_fast_path
 from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT
 
@@ -91,22 +91,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short run (for smoke tests)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result file")
     args = parser.parse_args()
-    rounds, n = (3, 20_000) if args.quick else (9, 100_000)
     info = build_info()
     print(f"apf_limiter build: {info['build']} ({info['queueset_file']})")
     print("1. Uncontended admit + release (medians of interleaved rounds; ratio to metrics off)")
-    fast = asyncio.run(fast_path(rounds, n))
-    for name, (seconds, ratio) in fast.items():
-        print(f"   {name:15s} {seconds * 1e6:7.2f} µs   {ratio:5.2f}x")
+    timed = run_fast_path(fast_path, quick=args.quick)
     cost = asyncio.run(scrape_cost(20 if args.quick else 100))
     print("2. One scrape of the default configuration, requests executing and waiting")
     print(f"   {cost * 1e3:7.2f} ms")
     result = {
         "build": info,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "rounds": rounds,
-        "n": n,
-        "fast_path": {name: {"seconds": t, "ratio": r} for name, (t, r) in fast.items()},
+        **timed,
         "scrape_seconds": cost,
     }
     write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)

@@ -73,10 +73,14 @@ class _ManualClock:
         return asyncio.get_running_loop().call_later(3600.0, lambda: None)
 
 
-def _one_waiting(clock: _ManualClock) -> tuple[Limiter, Admission, Admission]:
+def _one_waiting(
+    clock: Any, observer: Any = None, wait_limit: float = 15.0
+) -> tuple[Limiter, Admission, Admission]:
     """One seat (borrowing period 10 s), held, and a request waiting for it: started, it set
     its wait-limit timer and then the borrowing timer (due at t = 10)."""
-    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    limiter = Limiter(
+        single_level_config(limit=1, wait_limit=wait_limit), clock=clock, observer=observer
+    )
     holder = limiter.admit(_digest())
     assert holder.start()
     queued = limiter.admit(_digest())
@@ -103,6 +107,17 @@ def _borrowing_timers(clock: _ManualClock) -> list[tuple[Any, tuple[Any, ...]]]:
     return [t for t in clock.timers if getattr(t[0], "__name__", "") == "_on_borrowing_timer"]
 
 
+async def _wait_behind_a_holder(limiter: Limiter) -> None:
+    """A request waits for the one seat (setting the borrowing timer), then runs."""
+    holder = limiter.admit(_digest())
+    assert holder.start()
+    queued = limiter.admit(_digest())
+    assert not queued.start()
+    holder.release()
+    await queued.wait()
+    queued.release()
+
+
 @pytest.mark.timeout(10)
 def test_a_limiter_outliving_its_event_loop_arms_a_new_borrowing_timer() -> None:
     # The borrowing timer set while a request waited dies with its loop. Once its adjustment
@@ -110,19 +125,10 @@ def test_a_limiter_outliving_its_event_loop_arms_a_new_borrowing_timer() -> None
     clock = _ManualClock()
     limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
 
-    async def wait_behind_a_holder() -> None:
-        holder = limiter.admit(_digest())
-        assert holder.start()
-        queued = limiter.admit(_digest())
-        assert not queued.start()
-        holder.release()
-        await queued.wait()
-        queued.release()
-
-    asyncio.run(wait_behind_a_holder())
+    asyncio.run(_wait_behind_a_holder(limiter))
     assert len(_borrowing_timers(clock)) == 1  # due at t = 10, lost with the loop
     clock.time = 12.0
-    asyncio.run(wait_behind_a_holder())
+    asyncio.run(_wait_behind_a_holder(limiter))
     armed = _borrowing_timers(clock)
     assert len(armed) == 2  # set again, in the second loop, for t = 20
     before = limiter.statistics().adjustments
@@ -193,18 +199,9 @@ def test_a_borrowing_timer_from_an_ended_loop_is_replaced_before_it_is_due() -> 
     clock = _ManualClock()
     limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
 
-    async def wait_behind_a_holder() -> None:
-        holder = limiter.admit(_digest())
-        assert holder.start()
-        queued = limiter.admit(_digest())
-        assert not queued.start()
-        holder.release()
-        await queued.wait()
-        queued.release()
-
-    asyncio.run(wait_behind_a_holder())
+    asyncio.run(_wait_behind_a_holder(limiter))
     clock.time = 5.0  # the lost timer was due at t = 10
-    asyncio.run(wait_behind_a_holder())
+    asyncio.run(_wait_behind_a_holder(limiter))
     armed = _borrowing_timers(clock)
     assert len(armed) == 2
     before = limiter.statistics().adjustments
@@ -215,14 +212,18 @@ def test_a_borrowing_timer_from_an_ended_loop_is_replaced_before_it_is_due() -> 
 
 
 class _Events:
-    """An observer that records the name of every event."""
+    """An observer that records every event: its name and its arguments."""
 
     def __init__(self) -> None:
-        self.names: list[str] = []
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
 
     def __getattr__(self, name: str) -> Any:
         def record(*args: Any) -> None:
-            self.names.append(name)
+            self.calls.append((name, args))
 
         return record
 
@@ -232,15 +233,7 @@ async def test_a_time_out_nobody_waited_for_is_reported_once_at_release() -> Non
     # caller gives up. The time-out is recorded then (observer, Retry-After), and only once.
     clock = FakeClock()
     events = _Events()
-    limiter = Limiter(
-        single_level_config(limit=1, wait_limit=2),
-        clock=clock,
-        observer=events,  # type: ignore[arg-type]
-    )
-    holder = limiter.admit(_digest())
-    assert holder.start()
-    queued = limiter.admit(_digest())
-    assert not queued.start()
+    _limiter, holder, queued = _one_waiting(clock, events, wait_limit=2)
     await clock.advance(3)
     queued.release()
     assert events.names.count("request_rejected") == 1
@@ -259,15 +252,7 @@ async def test_a_time_out_reported_by_release_is_not_reported_again_by_the_waite
     # admission: release() reports the time-out; the waiting task raises it, unreported.
     clock = FakeClock()
     events = _Events()
-    limiter = Limiter(
-        single_level_config(limit=1, wait_limit=2),
-        clock=clock,
-        observer=events,  # type: ignore[arg-type]
-    )
-    holder = limiter.admit(_digest())
-    assert holder.start()
-    queued = limiter.admit(_digest())
-    assert not queued.start()
+    limiter, holder, queued = _one_waiting(clock, events, wait_limit=2)
     waiting = asyncio.get_running_loop().create_task(queued.wait())
     await asyncio.sleep(0)
     request = queued._request
@@ -444,26 +429,10 @@ async def test_a_synchronous_reconfigure_keeps_the_pending_borrowing_timer() -> 
 
 async def test_a_time_out_reported_at_release_reports_the_wait_until_the_time_out() -> None:
     clock = FakeClock()
-    waits: list[float] = []
-
-    class Waits:
-        def __getattr__(self, name: str) -> Any:
-            def record(*args: Any) -> None:
-                if name == "request_rejected":
-                    waits.append(args[3])
-
-            return record
-
-    limiter = Limiter(
-        single_level_config(limit=1, wait_limit=2),
-        clock=clock,
-        observer=Waits(),  # type: ignore[arg-type]
-    )
-    holder = limiter.admit(_digest())
-    assert holder.start()
-    queued = limiter.admit(_digest())
-    assert not queued.start()
+    events = _Events()
+    _limiter, holder, queued = _one_waiting(clock, events, wait_limit=2)
     await clock.advance(3600)  # released an hour after its wait limit passed
     queued.release()
+    waits = [args[3] for name, args in events.calls if name == "request_rejected"]
     assert waits == [pytest.approx(2.0)]
     holder.release()
