@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -81,9 +82,24 @@ class RequestDigest:
         final_seats: int = 0,
         additional_latency: float = 0.0,
     ) -> RequestDigest:
-        """Create a digest; the arguments are the fields, in order (see the class docs)."""
+        """Create a digest; the arguments are the fields, in order (see the class docs).
+
+        Raises:
+            TypeError: If ``groups`` is not a sequence of strings.
+            ValueError: If ``seats`` is not an integer of at least 1, ``final_seats`` not a
+                non-negative integer, or ``additional_latency`` not a finite, non-negative
+                number.
+        """
         if type(groups) is not tuple:
             groups = _as_groups(groups)
+        if (
+            seats is not None
+            or final_seats
+            or additional_latency
+            or type(final_seats) is not int
+            or type(additional_latency) is not float
+        ):
+            check_estimate(seats, final_seats, additional_latency)
         return _fill(
             cls,
             user,
@@ -106,6 +122,28 @@ class RequestDigest:
     def is_resource_request(self) -> bool:
         """Whether this is a resource request (``resource`` is set)."""
         return bool(self.resource)
+
+
+def check_estimate(seats: int | None, final_seats: int, additional_latency: float) -> None:
+    """Refuse a work estimate the engine cannot hold: seat counts must be whole numbers.
+
+    Args:
+        seats: Initial seats (``None``: 1); an ``int`` of at least 1.
+        final_seats: A non-negative ``int``.
+        additional_latency: A finite, non-negative number of seconds.
+
+    Raises:
+        ValueError: If a value is out of range or of the wrong type (a float seat count
+            would corrupt its level's integer virtual clock at release).
+    """
+    if seats is not None and (isinstance(seats, bool) or not isinstance(seats, int) or seats < 1):
+        raise ValueError(f"seats must be an integer of at least 1, got {seats!r}")
+    if isinstance(final_seats, bool) or not isinstance(final_seats, int) or final_seats < 0:
+        raise ValueError(f"final_seats must be a non-negative integer, got {final_seats!r}")
+    if not (isinstance(additional_latency, int | float) and math.isfinite(additional_latency)):
+        raise ValueError(f"additional_latency must be a number, got {additional_latency!r}")
+    if additional_latency < 0:
+        raise ValueError(f"additional_latency must not be negative, got {additional_latency!r}")
 
 
 def _as_groups(groups: object) -> tuple[str, ...]:

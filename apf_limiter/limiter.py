@@ -342,8 +342,11 @@ def check_wait_limit(wait_limit: float) -> None:
     """Refuse a queue wait limit that is negative, not a number, or above Kubernetes' cap.
 
     Raises:
+        TypeError: If ``wait_limit`` is not a number.
         ValueError: If ``wait_limit`` is not within 0..60 seconds.
     """
+    if isinstance(wait_limit, bool) or not isinstance(wait_limit, int | float):
+        raise TypeError(f"wait_limit must be a number of seconds, got {wait_limit!r}")
     if not 0 <= wait_limit <= MAX_REQUEST_WAIT_LIMIT:
         raise ValueError(
             f"wait_limit must be between 0 and {MAX_REQUEST_WAIT_LIMIT:g} seconds (Kubernetes "
@@ -369,6 +372,7 @@ class Limiter:
 
     Raises:
         ConfigError: If the configuration is invalid.
+        TypeError: If ``hash_seed`` is not an integer.
     """
 
     def __init__(
@@ -387,6 +391,8 @@ class Limiter:
         self._now: Callable[[], float] = (
             time.monotonic if type(self._clock) is RealClock else self._clock.now
         )
+        if hash_seed is not None and (type(hash_seed) is bool or not isinstance(hash_seed, int)):
+            raise TypeError(f"hash_seed must be an integer or None, got {hash_seed!r}")
         self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
         now = self._clock.now()
         self._controller = Controller(self._config, hash_seed=self._hash_seed, now=now)
@@ -503,6 +509,7 @@ class Limiter:
             from its queue.
 
         Raises:
+            TypeError: If ``wait_limit`` is not a number.
             ValueError: If ``wait_limit`` is negative or above 60 seconds.
         """
         if wait_limit is not None:

@@ -100,7 +100,11 @@ class FakeClock:
         await self._advance_to_ns(_ns(when))
 
     async def run_until_idle(self, limit: float = 1e9) -> None:
-        """Fire timers in order until none is left (or fake time passes ``now() + limit``)."""
+        """Fire timers in order until none is left (or fake time passes ``now() + limit``).
+
+        This moves fake time forward to every pending timer, wait limits and sleeps included;
+        ``await advance(0)`` lets ready tasks run without moving time.
+        """
         end = self._now + _ns(limit)
         await settle()
         while True:

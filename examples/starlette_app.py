@@ -15,6 +15,7 @@ anonymous traffic fair per client IP (``workload-low``), authenticated traffic f
 from __future__ import annotations
 
 import asyncio
+import math
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -37,7 +38,12 @@ async def home(request: Request) -> JSONResponse:
 
 
 async def slow(request: Request) -> JSONResponse:
-    seconds = min(float(request.query_params.get("seconds", "1")), 10.0)
+    try:
+        seconds = float(request.query_params.get("seconds", "1"))
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= 10:
+        return JSONResponse({"detail": "seconds must be a number from 0 to 10"}, status_code=400)
     await asyncio.sleep(seconds)
     return JSONResponse({"slept": seconds})
 

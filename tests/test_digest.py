@@ -49,3 +49,37 @@ def test_groups_are_a_tuple_of_strings() -> None:
         RequestDigest(groups="admin")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="strings"):
         RequestDigest(groups=[1])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"seats": 2.0}, "seats must be an integer of at least 1"),
+        ({"seats": 2.5}, "seats must be an integer of at least 1"),
+        ({"seats": 0}, "seats must be an integer of at least 1"),
+        ({"seats": -3}, "seats must be an integer of at least 1"),
+        ({"seats": True}, "seats must be an integer of at least 1"),
+        ({"seats": "2"}, "seats must be an integer of at least 1"),
+        ({"final_seats": 2.5, "additional_latency": 1}, "final_seats must be a non-negative"),
+        ({"final_seats": -3}, "final_seats must be a non-negative"),
+        ({"additional_latency": -1}, "additional_latency must not be negative"),
+        ({"additional_latency": float("nan")}, "additional_latency must be a number"),
+        ({"additional_latency": float("inf")}, "additional_latency must be a number"),
+        ({"additional_latency": "1"}, "additional_latency must be a number"),
+    ],
+)
+def test_work_estimate_fields_are_checked_at_construction(
+    fields: dict[str, object], message: str
+) -> None:
+    # Caught here, not deep in the engine: a float seat count used to be admitted, then
+    # break its level's virtual clock at release (TypeError) and keep its seats forever.
+    with pytest.raises(ValueError, match=message):
+        RequestDigest(**fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(RequestDigest(), **fields)  # type: ignore[arg-type]
+
+
+def test_valid_work_estimates_are_kept() -> None:
+    digest = RequestDigest(seats=3, final_seats=2, additional_latency=1)
+    assert (digest.seats, digest.final_seats, digest.additional_latency) == (3, 2, 1)
+    assert RequestDigest(additional_latency=0).additional_latency == 0

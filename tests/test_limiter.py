@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import apf_limiter.limiter
 from apf_limiter import Limiter, Rejected, RequestDigest
 from apf_limiter.testing import FakeClock
 from tests.helpers import limited_level, single_level_config, subject_schema
@@ -756,3 +757,25 @@ async def test_a_second_concurrent_wait_is_refused_and_the_first_goes_on() -> No
     await queued.wait()  # after the wait: returns at once, as before
     queued.release()
     assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
+async def test_float_seats_are_refused_before_they_reach_a_level() -> None:
+    limiter = Limiter(clock=FakeClock(), hash_seed=1)
+    user = RequestDigest(user="alice", groups=("system:authenticated",), path="/reports")
+    with pytest.raises(ValueError, match="seats must be an integer"):
+        limiter.admit(RequestDigest(user="alice", path="/reports", seats=2.0))  # type: ignore[arg-type]
+    # The level still works, and holds nothing.
+    async with limiter.admit(user) as admission:
+        assert admission.seats == 1
+    assert limiter.statistics().executing_seats == 0
+
+
+def test_wrong_types_for_wait_limit_and_hash_seed_are_type_errors() -> None:
+    limiter = Limiter(clock=FakeClock(), hash_seed=1)
+    # Pure Python names the argument; the compiled build's own argument check answers first
+    # ("float or None object expected"): a TypeError either way, not a confusing comparison.
+    compiled = not (apf_limiter.limiter.__file__ or "").endswith(".py")
+    with pytest.raises(TypeError, match="float or None" if compiled else "wait_limit must be"):
+        limiter.admit(RequestDigest(), wait_limit="5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="int or None" if compiled else "hash_seed must be"):
+        Limiter(clock=FakeClock(), hash_seed="x")  # type: ignore[arg-type]

@@ -9,10 +9,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
+
+from apf_limiter.digest import check_estimate
 
 __all__ = [
     "Identity",
@@ -104,18 +105,7 @@ class WorkEstimate:
     additional_latency: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_estimate(self.seats, self.final_seats, self.additional_latency)
-
-
-def _check_estimate(seats: int | None, final_seats: int, additional_latency: float) -> None:
-    if seats is not None and (isinstance(seats, bool) or not isinstance(seats, int) or seats < 1):
-        raise ValueError(f"seats must be an integer of at least 1, got {seats!r}")
-    if isinstance(final_seats, bool) or not isinstance(final_seats, int) or final_seats < 0:
-        raise ValueError(f"final_seats must be a non-negative integer, got {final_seats!r}")
-    if not (isinstance(additional_latency, int | float) and math.isfinite(additional_latency)):
-        raise ValueError(f"additional_latency must be a number, got {additional_latency!r}")
-    if additional_latency < 0:
-        raise ValueError(f"additional_latency must not be negative, got {additional_latency!r}")
+        check_estimate(self.seats, self.final_seats, self.additional_latency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +130,7 @@ class RouteOptions:
     long_running: bool = False
 
     def __post_init__(self) -> None:
-        _check_estimate(self.seats, self.final_seats, self.additional_latency)
+        check_estimate(self.seats, self.final_seats, self.additional_latency)
 
     @property
     def estimate(self) -> WorkEstimate | None:

@@ -60,6 +60,7 @@ async def test_starlette_example_uses_the_default_configuration() -> None:
         assert home.json()["flow_schema"] == "anonymous"
         assert home.headers["x-apf-priority-level"] == "workload-low"
         assert (await client.get("/slow", params={"seconds": 0.01})).json() == {"slept": 0.01}
+        assert (await client.get("/slow", params={"seconds": "abc"})).status_code == 400
         limiter = limiter_of(app)
     assert limiter.statistics().executing_requests == 0
 
