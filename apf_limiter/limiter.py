@@ -143,22 +143,34 @@ class Admission:
         state = request.state
         observer = limiter._observer
         if observer is not None:
-            observer.request_arrived(request.priority_level, request.flow_schema, request.max_seats)
+            # Inline, not _notify: free unless it raises (zero-cost try), on the fast path.
+            try:
+                observer.request_arrived(
+                    request.priority_level, request.flow_schema, request.max_seats
+                )
+            except Exception:
+                limiter._observer_failed("request_arrived")
         if state is _EXECUTING:
             if len(dispatched) > 1:
                 limiter._wake(dispatched)
             if observer is not None:
-                observer.request_dispatched(
-                    request.priority_level, request.flow_schema, 0.0, _is_exempt(request)
-                )
+                try:
+                    observer.request_dispatched(
+                        request.priority_level, request.flow_schema, 0.0, _is_exempt(request)
+                    )
+                except Exception:
+                    limiter._observer_failed("request_dispatched")
             return True
         if dispatched:
             limiter._wake(dispatched)
         if state is not _WAITING:
             raise limiter._rejected(request, now)
         if observer is not None:
-            observer.request_enqueued(
-                request.priority_level, request.flow_schema, request.queue_length_after_enqueue
+            limiter._notify(
+                "request_enqueued",
+                request.priority_level,
+                request.flow_schema,
+                request.queue_length_after_enqueue,
             )
         if request.level.queue_set.concurrency_limit <= 0:
             # A level whose current limit is 0 admits nothing (deviation D3) until borrowing
@@ -167,8 +179,12 @@ class Admission:
             limiter._adjust(now)
             if request.state is _EXECUTING:
                 if observer is not None:
-                    observer.request_dispatched(
-                        request.priority_level, request.flow_schema, 0.0, False
+                    limiter._notify(
+                        "request_dispatched",
+                        request.priority_level,
+                        request.flow_schema,
+                        0.0,
+                        False,
                     )
                 return True
         wait_limit = self._wait_limit
@@ -251,10 +267,13 @@ class Admission:
         if state is not _EXECUTING:
             raise RuntimeError("the admission was released while it waited")
         self._queue_wait = request.start_time - request.arrival_time
-        observer = limiter._observer
-        if observer is not None:
-            observer.request_dispatched(
-                request.priority_level, request.flow_schema, self._queue_wait, False
+        if limiter._observer is not None:
+            limiter._notify(
+                "request_dispatched",
+                request.priority_level,
+                request.flow_schema,
+                self._queue_wait,
+                False,
             )
 
     def release(self) -> None:
@@ -271,10 +290,13 @@ class Admission:
                 self._timer = None
                 timer.cancel()
                 self._queue_wait = request.start_time - request.arrival_time
-                observer = self._limiter._observer
-                if observer is not None:
-                    observer.request_dispatched(
-                        request.priority_level, request.flow_schema, self._queue_wait, False
+                if self._limiter._observer is not None:
+                    self._limiter._notify(
+                        "request_dispatched",
+                        request.priority_level,
+                        request.flow_schema,
+                        self._queue_wait,
+                        False,
                     )
             self._limiter._finish(request)
         elif state is _WAITING:
@@ -384,6 +406,7 @@ class Limiter:
         observer: Observer | None = None,
     ) -> None:
         self._observer = observer
+        self._observer_failures: set[str] = set()
         self._config = _load(config)  # a bad first configuration raises: nothing to keep
         self._clock: Clock = clock if clock is not None else RealClock()
         # Read on every admission and release: the real clock's function itself, one C call
@@ -558,7 +581,7 @@ class Limiter:
                 extra={"priority_level": name},
             )
             if self._observer is not None:
-                self._observer.level_quiescing(name)
+                self._notify("level_quiescing", name)
         self._report_borrowing(limits)
 
     def adjust_borrowing(self) -> None:
@@ -604,8 +627,11 @@ class Limiter:
             self._settle(self._controller.cancel(request, now, timed_out=False))
             self._controller.record_rejection(request, now)
             if self._observer is not None:
-                self._observer.request_cancelled(
-                    request.priority_level, request.flow_schema, now - request.arrival_time
+                self._notify(
+                    "request_cancelled",
+                    request.priority_level,
+                    request.flow_schema,
+                    now - request.arrival_time,
                 )
         elif state is _EXECUTING:
             # Dispatched while the cancellation was on its way.
@@ -620,10 +646,14 @@ class Limiter:
         now = self._now()
         if now >= self._next_check:
             self._housekeeping(now)
-        if self._observer is not None:
-            self._observer.request_finished(
-                request.priority_level, request.flow_schema, now - request.start_time
-            )
+        observer = self._observer
+        if observer is not None:
+            try:  # inline, as in Admission.start
+                observer.request_finished(
+                    request.priority_level, request.flow_schema, now - request.start_time
+                )
+            except Exception:
+                self._observer_failed("request_finished")
         dispatched = self._controller.finish(request, now)
         if request.state is _LINGERING:
             self._arm_release(request)
@@ -690,7 +720,8 @@ class Limiter:
         Its seats go to the next request.
         """
         if self._observer is not None:
-            self._observer.request_dispatched(
+            self._notify(
+                "request_dispatched",
                 request.priority_level,
                 request.flow_schema,
                 request.start_time - request.arrival_time,
@@ -731,7 +762,8 @@ class Limiter:
         retry_after = self._controller.record_rejection(request, now)
         reason: Any = request.reject_reason
         if self._observer is not None:
-            self._observer.request_rejected(
+            self._notify(
+                "request_rejected",
                 request.priority_level,
                 request.flow_schema,
                 reason,
@@ -827,7 +859,7 @@ class Limiter:
         if not changes:
             return
         if self._observer is not None:
-            self._observer.borrowing_adjusted(changes)
+            self._notify("borrowing_adjusted", changes)
         # Log only changes of at least 10% (and at least one seat), so that a steady state
         # stays quiet while real shifts of capacity are visible.
         large = {
@@ -862,7 +894,7 @@ class Limiter:
             },
         )
         if self._observer is not None:
-            self._observer.configuration_applied(config)
+            self._notify("configuration_applied", config)
 
     def _report_rejected_config(self, error: ConfigError, *, source: object) -> None:
         problems = [str(problem) for problem in error.problems]
@@ -874,7 +906,31 @@ class Limiter:
             extra={"config_source": str(where), "problems": problems},
         )
         if self._observer is not None:
-            self._observer.configuration_rejected(error.problems)
+            self._notify("configuration_rejected", error.problems)
+
+    def _notify(self, event: str, *args: Any) -> None:
+        """Call the observer's method ``event``: an exception is reported and dropped.
+
+        A bug in an observer must not leave a request half-way through (holding seats, or
+        with the tasks it should have woken asleep), so none propagates.
+        """
+        try:
+            getattr(self._observer, event)(*args)
+        except Exception:
+            self._observer_failed(event)
+
+    def _observer_failed(self, event: str) -> None:
+        # Called inside the except block, so the log record carries the traceback.
+        if event in self._observer_failures:
+            return  # once per method: a broken observer fails on every request
+        self._observer_failures.add(event)
+        logger.error(
+            "the observer's %s raised; its events are dropped, requests go on (reported "
+            "once per method)",
+            event,
+            exc_info=True,
+            extra={"observer_event": event},
+        )
 
     def _arm_borrowing_timer(self, now: float) -> None:
         timer = self._borrowing_timer

@@ -18,8 +18,9 @@ __all__ = ["Observer"]
 class Observer:
     """Receives a limiter's events. Subclass and override what you need; all default to no-ops.
 
-    Methods run synchronously inside the limiter's calls, on the event loop: keep them cheap
-    and never let them raise.
+    Methods run synchronously inside the limiter's calls, on the event loop: keep them cheap.
+    An exception from one is logged (ERROR on the ``apf_limiter`` logger, once per method) and
+    dropped: the event is lost, never a request or its seats.
     """
 
     def request_arrived(self, priority_level: str, flow_schema: str, seats: int) -> None:

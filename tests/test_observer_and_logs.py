@@ -224,3 +224,129 @@ async def test_a_release_at_the_instant_of_dispatch_reports_the_dispatch() -> No
     assert recorder.events[1] == ("dispatched", "test", 1.0, False)
     assert queued.queue_wait == 1.0
     assert limiter.statistics().priority_levels["test"].executing_seats == 0
+
+
+class Broken(Recorder):
+    """An observer whose one method raises (after recording the event)."""
+
+    def __init__(self, broken: str) -> None:
+        super().__init__()
+        self.broken = broken
+        original = getattr(self, broken)
+
+        def raising(*args: Any) -> None:
+            original(*args)
+            raise ZeroDivisionError(f"bug in {broken}")
+
+        setattr(self, broken, raising)
+
+
+REQUEST_EVENTS = [
+    "request_arrived",
+    "request_enqueued",
+    "request_dispatched",
+    "request_rejected",
+    "request_cancelled",
+    "request_finished",
+]
+
+
+async def _every_request_outcome(limiter: Limiter, clock: FakeClock) -> dict[str, str]:
+    """A holds the one seat; C is rejected (queue full); D is cancelled while it waits; B
+    runs after A and holds the seat on, so that E times out. Returns what each saw."""
+    outcomes: dict[str, str] = {}
+    releases = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    async def request(user: str) -> None:
+        try:
+            async with limiter.admit(_digest(user)):
+                if user in releases:
+                    await releases[user].wait()
+                outcomes[user] = "ran"
+        except Rejected as rejected:
+            outcomes[user] = rejected.reason
+        except asyncio.CancelledError:
+            outcomes[user] = "cancelled"
+
+    loop = asyncio.get_running_loop()
+    a = loop.create_task(request("a"))
+    await clock.advance(0)
+    b = loop.create_task(request("b"))
+    d = loop.create_task(request("d"))
+    await clock.advance(1)
+    await request("c")  # t = 1: B and D fill the queue
+    d.cancel()
+    await clock.advance(0)
+    e = loop.create_task(request("e"))  # waits from t = 1 to its wait limit, t = 6
+    await clock.advance(1)
+    releases["a"].set()  # t = 2: B's turn
+    await clock.advance(5)
+    releases["b"].set()  # t = 7
+    await clock.advance(0)
+    await asyncio.gather(a, b, d, e)
+    return outcomes
+
+
+@pytest.mark.parametrize("broken", REQUEST_EVENTS)
+async def test_an_observer_that_raises_loses_its_event_never_a_request(
+    broken: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    observer = Broken(broken)
+    config = single_level_config(limit=1, queue_length_limit=2, wait_limit=5)
+    limiter = Limiter(config, clock=clock, observer=observer)
+    outcomes = await _every_request_outcome(limiter, clock)
+    # Exactly what a working observer sees, and every seat back.
+    assert outcomes == {
+        "a": "ran",
+        "b": "ran",
+        "c": "queue-full",
+        "d": "cancelled",
+        "e": "time-out",
+    }
+    statistics = limiter.statistics()
+    assert (statistics.executing_requests, statistics.waiting_requests) == (0, 0)
+    assert statistics.executing_seats == 0
+    assert any(event[0] == broken.removeprefix("request_") for event in observer.events)
+    # Reported, once per method however often it fails, with the traceback.
+    reports = [r for r in caplog.records if r.name == "apf_limiter" and "observer" in r.message]
+    assert len(reports) == 1 and reports[0].levelno == logging.ERROR
+    assert broken in reports[0].message and reports[0].exc_info is not None
+
+
+@pytest.mark.parametrize(
+    "broken", ["configuration_applied", "configuration_rejected", "level_quiescing"]
+)
+async def test_an_observer_that_raises_on_configuration_events_changes_nothing(
+    broken: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    observer = Broken(broken)
+    limiter = Limiter(single_level_config(limit=1), clock=clock, observer=observer)
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def request(user: str) -> None:
+        async with limiter.admit(_digest(user)):
+            await release.wait()
+            ran.append(user)
+
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(request(user)) for user in ("a", "b")]
+    await clock.advance(0)
+    with pytest.raises(ConfigError):
+        limiter.reconfigure({"serverConcurrencyLimit": -1})
+    # Rename the level: the old one, busy, quiesces; the new one has two seats.
+    renamed = single_level_config(limit=2)
+    renamed["priorityLevels"][0]["name"] = "renamed"
+    renamed["flowSchemas"][0]["priorityLevelConfiguration"]["name"] = "renamed"
+    limiter.reconfigure(renamed)
+    assert limiter.statistics().priority_levels.keys() >= {"renamed"}
+    release.set()
+    await clock.advance(0)
+    await asyncio.gather(*tasks)
+    assert sorted(ran) == ["a", "b"]
+    statistics = limiter.statistics()
+    assert (statistics.executing_requests, statistics.waiting_requests) == (0, 0)
+    reports = [r for r in caplog.records if r.name == "apf_limiter" and "observer" in r.message]
+    assert len(reports) == 1 and broken in reports[0].message

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+import apf_limiter.config.loader
 from apf_limiter import Admission, ConfigError, Limiter, Rejected, RequestDigest
 from apf_limiter.config.model import Configuration
-from apf_limiter.observer import Observer
 from apf_limiter.testing import FakeClock
 from tests.helpers import (
     EVERYONE_EVERYTHING,
@@ -293,16 +293,12 @@ async def test_reconfiguration_under_load_loses_and_duplicates_nothing() -> None
     assert not any(level.quiescing for level in stats.priority_levels.values())
 
 
-def _reloading(
-    tmp_path: Path, limit: int, observer: Observer | None = None
-) -> tuple[Path, FakeClock, Limiter]:
+def _reloading(tmp_path: Path, limit: int) -> tuple[Path, FakeClock, Limiter]:
     """A limiter on ``apf.json`` (one level of ``limit`` seats), checked every second."""
     path = tmp_path / "apf.json"
     path.write_text(json.dumps(single_level_config(limit=limit)))
     clock = FakeClock()
-    limiter = Limiter.from_file(
-        path, reload=True, reload_interval=1.0, clock=clock, observer=observer
-    )
+    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
     return path, clock, limiter
 
 
@@ -339,22 +335,16 @@ async def test_hot_reload_of_a_file_good_and_bad(
     assert limiter.reload() is False
 
 
-class _BrokenObserver(Observer):
-    """Fails once armed: a bug anywhere in what a reload runs."""
-
-    armed = False
-
-    def configuration_applied(self, config: Configuration) -> None:
-        if self.armed:
-            raise RuntimeError("a bug somewhere in reconfiguration")
-
-
 async def test_a_reload_that_fails_unexpectedly_inside_a_release_releases_the_seats(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    observer = _BrokenObserver()
-    path, clock, limiter = _reloading(tmp_path, limit=1, observer=observer)
-    observer.armed = True
+    path, clock, limiter = _reloading(tmp_path, limit=1)
+
+    def broken(source: object) -> Configuration:
+        raise RuntimeError("a bug somewhere in reconfiguration")
+
+    # The limiter looks the loader up at each load.
+    monkeypatch.setattr(apf_limiter.config.loader, "load_config", broken)
     with caplog.at_level(logging.ERROR, logger="apf_limiter"):
         async with limiter.admit(RequestDigest(user="u")):
             path.write_text(json.dumps(single_level_config(limit=2)))
