@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from apf_limiter.asgi.identity import build_digest, default_identify, route_path
 from apf_limiter.asgi.options import Identity, ResourceAttributes, RouteOptions, WorkEstimate
-from apf_limiter.asgi.responses import HeaderNames, send_rejection, with_headers
+from apf_limiter.asgi.responses import HeaderNames, send_client_gone, send_rejection, with_headers
 from apf_limiter.asgi.routes import RouteLookup
 from apf_limiter.asgi.types import (
     ASGIApp,
@@ -84,7 +84,8 @@ class APFMiddleware:
         priority_level_header: Response header naming the priority level; ``None`` for none.
         response_headers: ``False`` turns both APF response headers off.
         max_body_buffer: Bytes of request body kept while a request waits in a queue (to be
-            replayed to the application); past this, disconnects are no longer watched.
+            replayed to the application), each message counting 256 bytes more; past this,
+            disconnects are no longer watched. 0 watches nothing.
         debug_endpoints: Serve the debug endpoints under ``/debug/api_priority_and_fairness/``
             (bypassing admission), guarded by ``authorize``.
         authorize: ``authorize(scope)``: whether a debug request may be served.
@@ -174,8 +175,13 @@ class APFMiddleware:
             await self._reject(scope, receive, send, rejected)
             return
         if not admitted:
+            # An "Expect: 100-continue" client uploads its body only once the server reads
+            # it (servers send "100 Continue" at the first receive()): reading to watch for
+            # a disconnect would have it upload a body that may be refused after the wait.
+            # Kubernetes, too, reads no body before admission.
+            watch = 0 if _expects_continue(scope) else self._max_body_buffer
             try:
-                waited = await wait_watching_disconnect(admission, receive, self._max_body_buffer)
+                waited = await wait_watching_disconnect(admission, receive, watch)
             except BaseException:
                 # Cancelled (an outer timeout, the server) while waiting, or in the instant
                 # after the seats came, as the watcher winds down: leave the queue, or give
@@ -186,7 +192,9 @@ class APFMiddleware:
                 await self._reject(scope, waited.receive, send, waited.rejected)
                 return
             if waited.disconnected:
-                admission.release()  # dispatched in the same instant the client left
+                # Out of its queue already, or dispatched in the same instant the client left.
+                admission.release()
+                await self._client_gone(scope, send, admission)
                 return
             receive = waited.receive
         try:
@@ -274,6 +282,12 @@ class APFMiddleware:
             long_running = scope["type"] == "websocket"
         return build_digest(scope, identity, resource, estimate), long_running
 
+    async def _client_gone(self, scope: Scope, send: Send, admission: Admission) -> None:
+        request = admission._request
+        assert request is not None
+        headers = self._headers.headers(request.flow_schema, request.priority_level)
+        await send_client_gone(scope, send, headers)
+
     async def _reject(self, scope: Scope, receive: Receive, send: Send, rejected: Rejected) -> None:
         headers = self._headers.headers(rejected.flow_schema, rejected.priority_level)
         await send_rejection(scope, receive, send, rejected, headers, self._on_reject)
@@ -321,6 +335,13 @@ class APFMiddleware:
 def _check_identity(identity: object) -> None:
     if identity is not None and not isinstance(identity, Identity):
         raise TypeError(f"identify() must return an Identity or None, got {identity!r}")
+
+
+def _expects_continue(scope: Scope) -> bool:
+    for name, value in scope.get("headers") or ():
+        if name.lower() == b"expect" and value.lower() == b"100-continue":
+            return True
+    return False
 
 
 def _is_debug_path(path: str) -> bool:

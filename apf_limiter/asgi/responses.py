@@ -95,6 +95,38 @@ def with_headers(message: Message, extra: list[tuple[bytes, bytes]]) -> Message:
     return {**message, "headers": [*message.get("headers", ()), *extra]}
 
 
+#: nginx's "client closed request": the status an access log shows for a request whose client
+#: left while it waited in a queue.
+CLIENT_CLOSED_REQUEST = 499
+
+
+async def send_client_gone(scope: Scope, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
+    """Answer an HTTP request whose client left while it was queued (the app never ran).
+
+    The server drops the response (the connection is gone), but middleware outside this one
+    sees the request end with a status rather than with no response at all (Starlette's
+    ``BaseHTTPMiddleware`` raises "No response returned." then). A WebSocket gets nothing.
+
+    Args:
+        scope: The request's scope.
+        send: The server's ``send``.
+        headers: The APF headers to add to the response.
+    """
+    if scope["type"] != "http":
+        return
+    try:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": CLIENT_CLOSED_REQUEST,
+                "headers": [(b"content-length", b"0"), *headers],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
+    except OSError:
+        pass  # ASGI 2.4: a server may raise an OSError on a closed connection
+
+
 async def send_rejection(
     scope: Scope,
     receive: Receive,

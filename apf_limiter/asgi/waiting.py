@@ -10,11 +10,16 @@ reads ``receive()``:
 * any other message (body chunks, ``websocket.connect``) is kept, to be replayed to the
   application in order before its own ``receive()`` calls reach the server.
 
-Once the kept bodies reach ``max_buffer`` bytes the helper stops reading: the rest of the body
-stays with the server (flow control pushes back on the client) and the request waits on
-without disconnect detection. When the wait ends, the helper's pending ``receive()`` is
-cancelled; ASGI servers' ``receive`` is cancel-safe (Starlette cancels it the same way while
-streaming responses).
+Once the kept messages reach ``max_buffer`` bytes (each body's length plus a fixed charge per
+message, so that a flood of tiny or empty messages is bounded too) the helper stops reading:
+the rest of the body stays with the server (flow control pushes back on the client) and the
+request waits on without disconnect detection.
+
+When the wait ends, a ``receive()`` the helper has in flight is cancelled only once the body
+is complete (then only a disconnect could come, and every server's wait for it is cancel-safe).
+While more body is due, the helper lets that call return and keeps its message for the
+application: a ``receive`` built on an async generator (httpx's in-process transport, some
+wrappers) loses a chunk when cancelled mid-call.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ from apf_limiter.limiter import Admission
 __all__ = ["Waited", "ReplayReceive", "wait_watching_disconnect"]
 
 _DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
+
+#: Bytes charged per kept message on top of its body: about what CPython spends on the
+#: message dict and its bytes object (~190 B measured for a one-byte chunk), rounded up.
+MESSAGE_OVERHEAD = 256
 
 
 class ReplayReceive:
@@ -81,7 +90,17 @@ class Waited:
 
 
 class _Watcher:
-    __slots__ = ("receive", "max_buffer", "messages", "disconnected", "error", "scope")
+    __slots__ = (
+        "receive",
+        "max_buffer",
+        "messages",
+        "disconnected",
+        "error",
+        "scope",
+        "complete",
+        "receiving",
+        "last_call",
+    )
 
     def __init__(self, receive: Receive, max_buffer: int) -> None:
         self.receive = receive
@@ -90,22 +109,40 @@ class _Watcher:
         self.disconnected = False
         self.error: BaseException | None = None
         self.scope: anyio.CancelScope | None = None
+        # The body is complete (or the WebSocket's connect came): a receive() now waits only
+        # for a disconnect, and may be cancelled.
+        self.complete = False
+        self.receiving = False  # a receive() is in flight
+        self.last_call = False  # the wait is over: return after the receive() in flight
 
     async def run(self) -> None:
         kept = 0
-        while kept < self.max_buffer:
+        while kept < self.max_buffer and not self.last_call:
+            self.receiving = True
             try:
                 message = await self.receive()
             except Exception as exc:  # the application will meet it at its own receive()
                 self.error = exc
                 return
-            if message.get("type") in _DISCONNECTS:
+            finally:
+                self.receiving = False
+            kind = message.get("type")
+            if kind in _DISCONNECTS:
                 self.disconnected = True
                 if self.scope is not None:
                     self.scope.cancel()
                 return
             self.messages.append(message)
-            kept += _size(message)
+            kept += _size(message) + MESSAGE_OVERHEAD
+            if kind == "websocket.connect" or not message.get("more_body", False):
+                self.complete = True
+
+    def stop(self, entered: bool) -> bool:
+        """Stop watching; ``False`` when a body chunk is in flight and will be kept first."""
+        if entered and self.receiving and not self.complete:
+            self.last_call = True
+            return False
+        return True
 
 
 def _size(message: Message) -> int:
@@ -121,7 +158,8 @@ async def wait_watching_disconnect(
     Args:
         admission: An admission whose :meth:`~Admission.start` returned ``False``.
         receive: The server's ``receive``.
-        max_buffer: Bytes of body to keep at most before the watching stops.
+        max_buffer: Bytes to keep at most before the watching stops (each message's body
+            plus :data:`MESSAGE_OVERHEAD`); 0 watches nothing: ``receive`` is not called.
 
     Returns:
         How the wait ended. Exceptions other than :class:`Rejected` (a cancellation of the
@@ -138,7 +176,8 @@ async def wait_watching_disconnect(
             entered = True
         except Rejected as exc:
             rejected = exc
-        group.cancel_scope.cancel()
+        if watcher.stop(entered):
+            group.cancel_scope.cancel()
     if watcher.messages or watcher.error is not None:
         receive = ReplayReceive(watcher.messages, receive, watcher.error)
     return Waited(entered, rejected, watcher.disconnected, receive)

@@ -38,6 +38,10 @@ _UINT64: Final = 1 << 64
 # Per schema; bounds memory when distinguishers are unbounded (e.g. client addresses). Past the
 # limit the cache is simply emptied: cheaper than LRU bookkeeping, and a miss costs about 1 µs.
 _CACHE_LIMIT = 16384
+# Longer distinguishers are not cached: a client picks its header value (ByHeader), and 16,384
+# values of the 16 KiB a server may accept would pin ~270 MB per schema. Names that long are
+# rare enough that hashing them each time costs nothing that matters.
+_CACHEABLE_LENGTH = 256
 
 _BY_USER: Final = 1
 _BY_NAMESPACE: Final = 2
@@ -175,6 +179,8 @@ class _Target:
             distinguisher = digest.client
         else:
             distinguisher = digest.headers.get(self.header, "")
+        if len(distinguisher) > _CACHEABLE_LENGTH:
+            return self._build(distinguisher)
         cache = self.cache
         found = cache.get(distinguisher)
         if found is None:

@@ -11,6 +11,7 @@ import pytest
 from apf_limiter import Admission, Limiter, RequestDigest
 from apf_limiter.asgi import APFMiddleware
 from apf_limiter.asgi.types import ASGIApp, Message, Receive, Scope, Send
+from apf_limiter.asgi.waiting import MESSAGE_OVERHEAD
 from apf_limiter.testing import FakeClock
 from tests.asgi.apps import level_config
 from tests.asgi.driver import Driver, http_scope, ok_app, settle, websocket_scope
@@ -127,12 +128,14 @@ async def test_watching_stops_at_the_buffer_bound_and_the_rest_reaches_the_app()
     chunks = [_body(b"a" * 10, True), _body(b"b" * 10, True), _body(b"c" * 10, False)]
     driver = Driver(*chunks)
     app = RecordingApp(reads=3)
-    middleware = APFMiddleware(app, limiter=limiter, max_body_buffer=16)
+    # Two messages of 10 bytes, each charged MESSAGE_OVERHEAD too, reach the bound.
+    bound = 2 * (10 + MESSAGE_OVERHEAD) - 1
+    middleware = APFMiddleware(app, limiter=limiter, max_body_buffer=bound)
     task = asyncio.create_task(middleware(http_scope(), driver.receive, driver.send))
     await settle(lambda: driver.receive_calls == 2)
     for _ in range(20):
         await asyncio.sleep(0)
-    assert driver.receive_calls == 2  # 20 bytes kept >= 16: no more reading
+    assert driver.receive_calls == 2  # the bound is reached: no more reading
     # Past the bound a disconnect goes unnoticed while queued.
     driver.incoming.put_nowait({"type": "http.disconnect"})
     for _ in range(20):
@@ -156,7 +159,15 @@ async def test_disconnect_while_queued_leaves_the_queue_and_never_calls_the_app(
     driver = Driver(*messages)
     app = RecordingApp(reads=0)
     await APFMiddleware(app, limiter=limiter)(scope, driver.receive, driver.send)
-    assert app.calls == 0 and driver.sent == []
+    assert app.calls == 0
+    if kind == "http":
+        # A 499 ("client closed request") for the middleware outside (the server drops it).
+        start = driver.start()
+        assert start["status"] == 499 and start["headers"]["content-length"] == "0"
+        assert start["headers"]["x-apf-priority-level"] == "test"
+        assert driver.sent[-1] == {"type": "http.response.body", "body": b""}
+    else:
+        assert driver.sent == []
     stats = limiter.statistics().priority_levels["test"]
     assert (stats.waiting_requests, stats.cancelled, stats.dispatched) == (0, 1, 1)
     await held.__aexit__(None, None, None)
@@ -319,3 +330,131 @@ async def test_a_streaming_body_keeps_its_seats_until_the_last_chunk() -> None:
 
     await APFMiddleware(streaming, limiter=limiter)(http_scope(), Driver().receive, record)
     assert seen == [1, 1, 0]
+
+
+class _LossyReceive:
+    """A ``receive`` that is not cancel-safe, like one built on an async generator (httpx's
+    in-process transport): a cancelled call loses the chunk it had taken."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.arrived = asyncio.Event()
+        self.calls = 0
+
+    async def __call__(self) -> Message:
+        self.calls += 1
+        if not self.chunks:
+            await asyncio.Event().wait()  # only a disconnect could come now
+        chunk = self.chunks.pop(0)
+        if self.calls > 1:
+            await self.arrived.wait()  # the next chunk is still on the wire
+        return _body(chunk, bool(self.chunks))
+
+
+async def test_a_body_chunk_in_flight_at_dispatch_is_not_lost() -> None:
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    receive = _LossyReceive([b"first", b"second", b"third"])
+    app = RecordingApp(reads=2)
+    driver = Driver()
+    task = asyncio.create_task(
+        APFMiddleware(app, limiter=limiter)(http_scope(method="POST"), receive, driver.send)
+    )
+    await settle(lambda: receive.calls == 2)  # "first" kept, "second" in flight
+    await held.__aexit__(None, None, None)  # dispatched now, with the body still coming
+    for _ in range(10):
+        await asyncio.sleep(0)
+    receive.arrived.set()
+    await asyncio.wait_for(task, 5)
+    assert [m["body"] for m in app.received] == [b"first", b"second"]
+    assert app.received[1]["more_body"] is True  # the app went on to read "third" itself
+    assert limiter.statistics().executing_requests == 0
+
+
+async def test_empty_body_messages_count_against_the_buffer() -> None:
+    # The bound is on memory: a flood of empty (or one-byte) messages is bounded too.
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    driver = Driver(*[_body(b"", True) for _ in range(1000)], _body(b"", False))
+    app = RecordingApp(reads=0)
+    task = asyncio.create_task(
+        APFMiddleware(app, limiter=limiter, max_body_buffer=4096)(
+            http_scope(method="POST"), driver.receive, driver.send
+        )
+    )
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert 1 <= driver.receive_calls <= 4096 // 256 + 1
+    await held.__aexit__(None, None, None)
+    await task
+    assert limiter.statistics().executing_requests == 0
+
+
+async def test_expect_100_continue_is_not_answered_while_queued() -> None:
+    # The server sends "100 Continue" at the first receive(): a queued request must not make
+    # the client upload a body it may then be refused (a 429 after its wait).
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    driver = Driver(_body(b"payload", False))
+    app = RecordingApp(reads=1)
+    scope = http_scope(method="POST", headers=[(b"expect", b"100-continue")])
+    task = asyncio.create_task(
+        APFMiddleware(app, limiter=limiter)(scope, driver.receive, driver.send)
+    )
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert limiter.statistics().waiting_requests == 1 and driver.receive_calls == 0
+    await held.__aexit__(None, None, None)
+    await task
+    assert [m["body"] for m in app.received] == [b"payload"]
+
+
+async def test_a_client_gone_while_queued_ends_cleanly_under_base_http_middleware() -> None:
+    # The docs' access-log pattern: Starlette's BaseHTTPMiddleware raised "No response
+    # returned." (a 500 and a traceback) when APF answered nothing for a departed client.
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, Response
+    from starlette.routing import Route
+
+    statuses: list[int] = []
+
+    async def access_log(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        response = await call_next(request)
+        statuses.append(response.status_code)
+        return response
+
+    async def endpoint(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    limiter = _limiter(limit=1)
+    app = Starlette(
+        routes=[Route("/", endpoint)],
+        middleware=[
+            Middleware(BaseHTTPMiddleware, dispatch=access_log),
+            Middleware(APFMiddleware, limiter=limiter),
+        ],
+    )
+    held = await _occupy(limiter)
+    driver = Driver(_body(b"", False), {"type": "http.disconnect"})
+    await app(http_scope(), driver.receive, driver.send)  # raised RuntimeError before
+    assert statuses == [499]
+    await held.__aexit__(None, None, None)
+    assert limiter.statistics().executing_requests == 0
+
+
+async def test_a_server_that_refuses_sends_after_a_disconnect_is_fine() -> None:
+    # ASGI 2.4 lets a server raise an OSError for a send on a closed connection.
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    driver = Driver(_body(b"", False), {"type": "http.disconnect"})
+
+    async def closed(message: Message) -> None:
+        raise ConnectionResetError("the client is gone")
+
+    await APFMiddleware(ok_app, limiter=limiter)(http_scope(), driver.receive, closed)
+    assert limiter.statistics().waiting_requests == 0
+    await held.__aexit__(None, None, None)
+    assert limiter.statistics().executing_requests == 0

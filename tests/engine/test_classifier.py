@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import gc
 import random
+import tracemalloc
 
 import pytest
 import xxhash
@@ -377,6 +379,30 @@ def test_cache_limit_keeps_results_correct(monkeypatch: pytest.MonkeyPatch) -> N
             result = classifier.classify(digest)
             assert (result.distinguisher, round_) == (f"u{i}", round_)
             assert result.flow_hash == flow_hash("users", f"u{i}", 3)
+
+
+def test_long_distinguishers_are_hashed_each_time_not_kept() -> None:
+    # A client-chosen distinguisher (a header value, up to what the server accepts) must not
+    # pin memory after its request: 200 of 16 KB would keep 3.2 MB in the cache.
+    classifier = Classifier(DEFAULT_LIKE, hash_seed=3)
+    classifier.classify(ALICE)  # warm up
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(200):
+            user = f"{i:08d}" + "A" * 16_000
+            digest = RequestDigest(user=user, groups=("system:authenticated",), path="/")
+            result = classifier.classify(digest)
+            assert (result.distinguisher, result.flow_hash) == (user, flow_hash("users", user, 3))
+            del user, digest, result
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 100_000
+    # Short ones are still cached: the same object comes back.
+    assert classifier.classify(ALICE) is classifier.classify(ALICE)
 
 
 # --- flow hash -----------------------------------------------------------------------------------
