@@ -27,7 +27,7 @@ from apf_limiter.clock import Clock, RealClock, Timer, current_loop, new_waiter
 from apf_limiter.config.loader import MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.config.model import Configuration
 from apf_limiter.digest import RequestDigest
-from apf_limiter.engine.controller import Controller
+from apf_limiter.engine.controller import Controller, LevelState
 from apf_limiter.engine.request import Request, RequestState
 from apf_limiter.engine.statistics import LimiterStatistics
 from apf_limiter.errors import ConfigError, Rejected
@@ -176,7 +176,7 @@ class Admission:
             # A level whose current limit is 0 admits nothing (deviation D3) until borrowing
             # gives it seats; adjust now, with this request in its demand, instead of leaving
             # it to wait for the next period.
-            limiter._adjust(now)
+            limiter._adjust(now, request.level)
             if request.state is _EXECUTING:
                 if observer is not None:
                     limiter._notify(
@@ -286,19 +286,13 @@ class Admission:
             timer = self._timer
             if timer is not None:
                 # Dispatched from its queue an instant ago, before the waiting task could
-                # see it (it will find the admission released): report the dispatch here.
+                # see it (it will find the admission released): it never ran.
                 self._timer = None
                 timer.cancel()
                 self._queue_wait = request.start_time - request.arrival_time
-                if self._limiter._observer is not None:
-                    self._limiter._notify(
-                        "request_dispatched",
-                        request.priority_level,
-                        request.flow_schema,
-                        self._queue_wait,
-                        False,
-                    )
-            self._limiter._finish(request)
+                self._limiter._finish_unrun(request)
+            else:
+                self._limiter._finish(request)
         elif state is _WAITING:
             timer = self._timer
             self._timer = None
@@ -312,6 +306,17 @@ class Admission:
             self._timer = None
             limiter = self._limiter
             limiter._rejected(request, limiter._now(), request.release_at - request.arrival_time)
+
+    def _release_unrun(self) -> None:
+        """:meth:`release`, for an admission entered but whose work never ran.
+
+        The ASGI client left as its request was admitted: no additional latency is held.
+        """
+        request = self._request
+        if request is not None and request.state is _EXECUTING and self._timer is None:
+            self._limiter._finish(request, ran=False)
+        else:
+            self.release()
 
     async def __aenter__(self) -> Admission:
         if not self.start():
@@ -642,19 +647,25 @@ class Limiter:
             # Retry-After tracker, the observer, the log); the cancellation propagates.
             self._rejected(request, now)
 
-    def _finish(self, request: Request) -> None:
+    def _finish(self, request: Request, *, ran: bool = True) -> None:
         now = self._now()
         if now >= self._next_check:
             self._housekeeping(now)
         observer = self._observer
         if observer is not None:
+            # A request dispatched by a borrowing adjustment starts at the adjustment's due
+            # time, which can read a hair (float rounding) after the clock: never report a
+            # negative execution time.
+            executed = now - request.start_time
             try:  # inline, as in Admission.start
                 observer.request_finished(
-                    request.priority_level, request.flow_schema, now - request.start_time
+                    request.priority_level,
+                    request.flow_schema,
+                    executed if executed > 0.0 else 0.0,
                 )
             except Exception:
                 self._observer_failed("request_finished")
-        dispatched = self._controller.finish(request, now)
+        dispatched = self._controller.finish(request, now, ran=ran)
         if request.state is _LINGERING:
             self._arm_release(request)
         if dispatched or self._controller.quiesce_report is not None:
@@ -717,7 +728,7 @@ class Limiter:
     def _finish_unrun(self, request: Request) -> None:
         """Count a dispatched request that will never run as dispatched and finished at once.
 
-        Its seats go to the next request.
+        Its seats go to the next request at once: it holds no additional latency.
         """
         if self._observer is not None:
             self._notify(
@@ -727,7 +738,7 @@ class Limiter:
                 request.start_time - request.arrival_time,
                 False,
             )
-        self._finish(request)
+        self._finish(request, ran=False)
 
     def _settle(self, dispatched: Sequence[Request]) -> None:
         """After seats were freed: wake what was dispatched, report a level that drained away."""
@@ -838,9 +849,9 @@ class Limiter:
             for request in lost:
                 self._settle(self._controller.release(request, now))
 
-    def _adjust(self, now: float) -> None:
+    def _adjust(self, now: float, waking: LevelState | None = None) -> None:
         limits = self._limits()
-        self._wake(self._controller.adjust_borrowing(now))
+        self._wake(self._controller.adjust_borrowing(now, waking=waking))
         self._report_borrowing(limits)
 
     def _limits(self) -> dict[str, int]:

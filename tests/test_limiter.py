@@ -196,6 +196,39 @@ async def test_cancellation_racing_with_dispatch_hands_the_seats_on() -> None:
     assert level.dispatched == 3
 
 
+@pytest.mark.parametrize("how", ["cancelled", "released"])
+async def test_a_request_that_never_ran_does_not_hold_its_additional_latency(how: str) -> None:
+    # The additional latency stands for work a request leaves behind; one given its seats at
+    # the instant its waiter was cancelled (or it was released) never ran, and left none.
+    clock = FakeClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    holder = limiter.admit(_digest("a"))
+    assert holder.start()
+    lingering = RequestDigest(user="b", additional_latency=10.0, final_seats=1)
+    if how == "cancelled":
+        ran: list[str] = []
+
+        async def body() -> None:
+            async with limiter.admit(lingering):
+                ran.append("b")
+
+        task = asyncio.get_running_loop().create_task(body())
+        await clock.advance(0)
+        holder.release()  # b is dispatched ...
+        task.cancel()  # ... and cancelled before it could run
+        await clock.advance(0)
+        assert task.cancelled() and ran == []
+    else:
+        queued = limiter.admit(lingering)
+        assert not queued.start()
+        holder.release()  # dispatched ...
+        queued.release()  # ... and released before anyone waited for it
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.executing_seats) == (0, 0)
+    assert limiter.admit(_digest("c")).start(), "the seat must pass on at once"
+    assert level.dispatched == 2
+
+
 async def test_exception_in_body_releases_seats_and_propagates() -> None:
     limiter = Limiter(single_level_config(limit=1, reject=True), clock=FakeClock())
 
@@ -481,6 +514,40 @@ async def test_a_level_with_limit_zero_gets_seats_as_soon_as_requests_wait() -> 
         assert admission.priority_level == "anonymous"
         assert admission.queue_wait == 0.0
         assert limiter.statistics().priority_levels["anonymous"].current_limit >= 1
+
+
+async def test_a_borrow_only_level_gets_a_seat_as_soon_as_a_request_waits() -> None:
+    # No shares of its own but free to borrow (borrowingLimitPercent unset): on an idle server
+    # a waiting request opens it at once (D5), its seat demand counted in that adjustment,
+    # rather than timing out before the next period (its smoothed demand is still ~0).
+    config = single_level_config(limit=10, wait_limit=5, borrowing_period=10)
+    config["priorityLevels"][0]["limited"]["lendablePercent"] = 100
+    config["priorityLevels"].append(
+        {"name": "borrower", "limited": {"nominalConcurrencyShares": 0}}
+    )
+    config["flowSchemas"].insert(
+        0,
+        {
+            "name": "borrower",
+            "priorityLevelConfiguration": {"name": "borrower"},
+            "matchingPrecedence": 10,
+            "rules": [
+                {
+                    "subjects": [{"kind": "User", "user": {"name": "u"}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                }
+            ],
+        },
+    )
+    clock = FakeClock()
+    limiter = Limiter(config, clock=clock)
+    level = limiter.statistics().priority_levels["borrower"]
+    assert (level.nominal_limit, level.current_limit, level.upper_limit) == (0, 0, 10)
+    admission = limiter.admit(_digest("u"))
+    # start() returns True: the adjustment it ran dispatched the request at once.
+    assert admission.start() and admission.priority_level == "borrower"
+    assert limiter.statistics().priority_levels["borrower"].current_limit >= 1
+    admission.release()
 
 
 async def test_a_jail_level_stays_shut() -> None:

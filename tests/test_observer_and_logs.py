@@ -350,3 +350,36 @@ async def test_an_observer_that_raises_on_configuration_events_changes_nothing(
     assert (statistics.executing_requests, statistics.waiting_requests) == (0, 0)
     reports = [r for r in caplog.records if r.name == "apf_limiter" and "observer" in r.message]
     assert len(reports) == 1 and broken in reports[0].message
+
+
+async def test_execution_time_is_never_negative() -> None:
+    # Adjustments fall due at a float sum of periods (0.1 + 0.1 + 0.1 = 0.30000000000000004):
+    # a request they dispatch starts a hair after the clock reads 0.3.
+    rule = [
+        {
+            "subjects": [{"kind": "Group", "group": {"name": "busy"}}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        }
+    ]
+    config = {
+        "serverConcurrencyLimit": 4,
+        "borrowingPeriod": 0.1,
+        "priorityLevels": [
+            {"name": "busy", "limited": {"nominalConcurrencyShares": 100}},
+            {"name": "idle", "limited": {"nominalConcurrencyShares": 100, "lendablePercent": 100}},
+        ],
+        "flowSchemas": [
+            {"name": "busy", "priorityLevelConfiguration": {"name": "busy"}, "rules": rule}
+        ],
+    }
+    clock = FakeClock()
+    recorder = Recorder()
+    limiter = Limiter(config, clock=clock, observer=recorder)
+    await clock.advance(0.25)
+    admissions = [limiter.admit(RequestDigest(user="u", groups=("busy",))) for _ in range(4)]
+    assert [admission.start() for admission in admissions] == [True, True, True, False]
+    await clock.advance(0.05)  # the adjustment at 0.3 gives the level its fourth seat
+    for admission in admissions:
+        admission.release()
+    finished = [event[2] for event in recorder.events if event[0] == "finished"]
+    assert len(finished) == 4 and min(finished) >= 0.0

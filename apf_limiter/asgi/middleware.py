@@ -192,8 +192,9 @@ class APFMiddleware:
                 await self._reject(scope, waited.receive, send, waited.rejected)
                 return
             if waited.disconnected:
-                # Out of its queue already, or dispatched in the same instant the client left.
-                admission.release()
+                # Out of its queue already, or dispatched in the same instant the client left:
+                # the app never ran, so no additional latency is held either.
+                admission._release_unrun()
                 await self._client_gone(scope, send, admission)
                 return
             receive = waited.receive

@@ -272,8 +272,15 @@ class Controller:
     # ----------------------------------------------------------------------------------------
     # borrowing
 
-    def adjust_borrowing(self, now: float) -> list[Request]:
+    def adjust_borrowing(self, now: float, *, waking: LevelState | None = None) -> list[Request]:
         """Run one borrowing adjustment: read the demand, share the seats, apply the limits.
+
+        Args:
+            now: The current time.
+            waking: A level at limit 0 where a request just started waiting (deviation D5):
+                its seat demand now counts as its smoothed demand in this adjustment. Its
+                smoothed demand is still about 0 (the request has only just arrived), and a
+                level without nominal seats has no lower limit to open it otherwise.
 
         Returns:
             The requests dispatched because limits went up.
@@ -283,6 +290,10 @@ class Controller:
         for state in states:
             state.demand.update(state.queue_set.demand.reset(now))
             plan = state.plan
+            smoothed = state.demand.smoothed
+            if state is waking:
+                queue_set = state.queue_set
+                smoothed = max(smoothed, queue_set.seats_in_use + queue_set.seats_waiting)
             inputs.append(
                 BorrowingInput(
                     exempt=plan.type == "Exempt",
@@ -290,7 +301,7 @@ class Controller:
                     lower_limit=plan.lower_limit,
                     upper_limit=plan.upper_limit,
                     high_watermark=state.demand.high_watermark,
-                    smoothed=state.demand.smoothed,
+                    smoothed=smoothed,
                     current_limit=state.queue_set.concurrency_limit,
                 )
             )
@@ -373,18 +384,19 @@ class Controller:
             self._count_dispatched(dispatched, arrival=request)
         return request, dispatched
 
-    def finish(self, request: Request, now: float) -> Sequence[Request]:
+    def finish(self, request: Request, now: float, *, ran: bool = True) -> Sequence[Request]:
         """Record that an executing request's handler returned or failed.
 
         If the request has an additional latency it goes on holding its final seats: its
         state becomes ``LINGERING`` and the caller must call :meth:`release` at
-        ``request.release_at``.
+        ``request.release_at``. Not so with ``ran=False``: a request dispatched at the instant
+        its waiter left never ran (see :meth:`QueueSet.finish`).
 
         Returns:
             The requests dispatched by the freed seats.
         """
         level: LevelState = request.level
-        dispatched = level.queue_set.finish(request, now)
+        dispatched = level.queue_set.finish(request, now, ran=ran)
         request.counters.executing -= 1
         if dispatched:
             self._count_dispatched(dispatched)

@@ -541,11 +541,18 @@ class QueueSet:
     # ----------------------------------------------------------------------------------------
     # completion and removal
 
-    def finish(self, request: Request, now: float) -> Sequence[Request]:
+    def finish(self, request: Request, now: float, *, ran: bool = True) -> Sequence[Request]:
         """Record that an executing request's handler returned (normally or not).
 
         Releases its seats now, or marks it ``LINGERING`` with ``release_at`` set when it has
         an additional latency; the caller must then call :meth:`release` at that time.
+
+        Args:
+            request: The executing request.
+            now: The current time.
+            ran: ``False`` for a request dispatched but never run (its waiter left at that
+                instant): it caused no later work, so it holds no additional latency, and its
+                queue is refunded the final work charged at dispatch.
 
         Returns:
             The requests dispatched because seats or virtual time were freed.
@@ -574,11 +581,13 @@ class QueueSet:
                 correction = seats_times_duration(
                     request.initial_seats, ESTIMATED_SERVICE_NS - service_ns
                 )
+            if not ran:
+                correction += request.final_work
             queue.next_dispatch_r = (queue.next_dispatch_r - correction) & MASK
             if waiting:
                 self._bound_next_dispatch(queue)
                 self._push(queue)
-        if request.additional_latency_ns <= 0:
+        if request.additional_latency_ns <= 0 or not ran:
             self._release_seats(request)
         else:
             request.state = _LINGERING

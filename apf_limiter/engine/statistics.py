@@ -25,7 +25,10 @@ class PriorityLevelStatistics:
         current_limit: The limit in force now, set by the last borrowing adjustment.
         target_limit: The allocation target of the last borrowing adjustment.
         max_seats: The most seats one request of this level may take (0 when not queuing).
-        queues: Number of queues (0 when not queuing).
+        queues: Number of queues in the level's queue set: 0 for a level that never queued.
+            A level whose queues were reduced (or that switched to ``Reject``) drops a surplus
+            queue only once a request of that queue finishes, as Kubernetes does, so the
+            count can stay above the configured number (or above 0).
         executing_requests: Requests running now.
         executing_seats: Seats held now (requests in their additional latency included).
         waiting_requests: Requests waiting in queues.

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from apf_limiter import Admission, Limiter, RequestDigest
-from apf_limiter.asgi import APFMiddleware
+from apf_limiter.asgi import APFMiddleware, WorkEstimate
 from apf_limiter.asgi.types import ASGIApp, Message, Receive, Scope, Send
 from apf_limiter.asgi.waiting import MESSAGE_OVERHEAD
 from apf_limiter.testing import FakeClock
@@ -458,3 +458,37 @@ async def test_a_server_that_refuses_sends_after_a_disconnect_is_fine() -> None:
     assert limiter.statistics().waiting_requests == 0
     await held.__aexit__(None, None, None)
     assert limiter.statistics().executing_requests == 0
+
+
+async def test_a_client_gone_while_its_body_was_due_at_dispatch_holds_no_latency() -> None:
+    # Admitted with more body due; the next receive() brings the disconnect instead: the app
+    # never runs, and the request's additional latency (work it would leave) is not held.
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    left = asyncio.Event()
+    calls = 0
+
+    async def receive() -> Message:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return _body(b"part", True)
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    def estimate(scope: Scope) -> WorkEstimate:
+        return WorkEstimate(seats=1, final_seats=1, additional_latency=10.0)
+
+    app = RecordingApp(reads=0)
+    driver = Driver()
+    middleware = APFMiddleware(app, limiter=limiter, estimate=estimate)
+    task = asyncio.create_task(middleware(http_scope(method="POST"), receive, driver.send))
+    await settle(lambda: calls == 2)
+    await held.__aexit__(None, None, None)  # dispatched, the rest of the body still due
+    for _ in range(10):
+        await asyncio.sleep(0)
+    left.set()
+    await task
+    assert app.calls == 0 and driver.start()["status"] == 499
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.executing_seats) == (0, 0)
