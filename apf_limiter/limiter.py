@@ -665,7 +665,7 @@ class Limiter:
                 )
             except Exception:
                 self._observer_failed("request_finished")
-        dispatched = self._controller.finish(request, now, ran=ran)
+        dispatched = self._controller.finish(request, now, ran)  # positional: every release
         if request.state is _LINGERING:
             self._arm_release(request)
         if dispatched or self._controller.quiesce_report is not None:

@@ -384,7 +384,7 @@ class Controller:
             self._count_dispatched(dispatched, arrival=request)
         return request, dispatched
 
-    def finish(self, request: Request, now: float, *, ran: bool = True) -> Sequence[Request]:
+    def finish(self, request: Request, now: float, ran: bool = True) -> Sequence[Request]:
         """Record that an executing request's handler returned or failed.
 
         If the request has an additional latency it goes on holding its final seats: its
@@ -396,7 +396,7 @@ class Controller:
             The requests dispatched by the freed seats.
         """
         level: LevelState = request.level
-        dispatched = level.queue_set.finish(request, now, ran=ran)
+        dispatched = level.queue_set.finish(request, now, ran)  # positional: every release
         request.counters.executing -= 1
         if dispatched:
             self._count_dispatched(dispatched)

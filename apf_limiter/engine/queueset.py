@@ -541,7 +541,7 @@ class QueueSet:
     # ----------------------------------------------------------------------------------------
     # completion and removal
 
-    def finish(self, request: Request, now: float, *, ran: bool = True) -> Sequence[Request]:
+    def finish(self, request: Request, now: float, ran: bool = True) -> Sequence[Request]:
         """Record that an executing request's handler returned (normally or not).
 
         Releases its seats now, or marks it ``LINGERING`` with ``release_at`` set when it has
