@@ -35,7 +35,7 @@ from apf_limiter.asgi.types import (
     Scope,
     Send,
 )
-from apf_limiter.asgi.waiting import wait_watching_disconnect
+from apf_limiter.asgi.waiting import ReplayReceive, wait_watching_disconnect
 from apf_limiter.digest import RequestDigest
 from apf_limiter.errors import Rejected
 from apf_limiter.limiter import Admission, ConfigSource, Limiter, check_wait_limit
@@ -185,8 +185,8 @@ class APFMiddleware:
             except BaseException:
                 # Cancelled (an outer timeout, the server) while waiting, or in the instant
                 # after the seats came, as the watcher winds down: leave the queue, or give
-                # the seats back (release() does whichever applies, once).
-                admission.release()
+                # the seats back, unrun (whichever applies, once).
+                admission._release_unrun()
                 raise
             if waited.rejected is not None:
                 await self._reject(scope, waited.receive, send, waited.rejected)
@@ -206,6 +206,8 @@ class APFMiddleware:
             await self.app(scope, receive, self._sender(send, admission, long_running))
         finally:
             admission.release()
+            if type(receive) is ReplayReceive:
+                receive.close()  # a receive() handed over from the wait, never awaited
 
     def _classify(
         self, scope: Scope

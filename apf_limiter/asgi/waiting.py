@@ -15,15 +15,20 @@ message, so that a flood of tiny or empty messages is bounded too) the helper st
 the rest of the body stays with the server (flow control pushes back on the client) and the
 request waits on without disconnect detection.
 
-When the wait ends, a ``receive()`` the helper has in flight is cancelled only once the body
-is complete (then only a disconnect could come, and every server's wait for it is cancel-safe).
-While more body is due, the helper lets that call return and keeps its message for the
-application: a ``receive`` built on an async generator (httpx's in-process transport, some
-wrappers) loses a chunk when cancelled mid-call.
+When the wait ends, a ``receive()`` the helper has in flight is cancelled once the body is
+complete: then only a disconnect could come, and every server's wait for it is cancel-safe.
+While more body is due (under asyncio), the call is not cancelled but handed over: it runs in
+a task of its own, and the application's first ``receive()`` after the kept messages awaits
+it. The application starts at once all the same (it may answer without reading the body), and
+a ``receive`` built on an async generator (httpx's in-process transport, some wrappers), which
+loses a chunk when cancelled mid-call, loses nothing. Under trio a task cannot outlive the
+helper's nursery, so the call is cancelled there, as Starlette cancels its own ``receive``
+calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from dataclasses import dataclass
 
@@ -52,14 +57,19 @@ class ReplayReceive:
             raised again after the kept messages.
     """
 
-    __slots__ = ("_messages", "_receive", "_error")
+    __slots__ = ("_messages", "_receive", "_error", "_pending")
 
     def __init__(
-        self, messages: deque[Message], receive: Receive, error: BaseException | None
+        self,
+        messages: deque[Message],
+        receive: Receive,
+        error: BaseException | None,
+        pending: asyncio.Future[Message] | None = None,
     ) -> None:
         self._messages = messages
         self._receive = receive
         self._error = error
+        self._pending = pending
 
     async def __call__(self) -> Message:
         """Return the next kept message, else the server's next message."""
@@ -69,7 +79,22 @@ class ReplayReceive:
         if error is not None:
             self._error = None
             raise error
+        pending = self._pending
+        if pending is not None:
+            # The server's receive() that was in flight when the wait ended: its message
+            # comes next.
+            self._pending = None
+            return await pending
         return await self._receive()
+
+    def close(self) -> None:
+        """Cancel a handed-over ``receive()`` the application never awaited (it is done)."""
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            pending.cancel()
+            if pending.done() and not pending.cancelled():
+                pending.exception()  # retrieved: no "exception was never retrieved" warning
 
 
 @dataclass(slots=True)
@@ -98,8 +123,8 @@ class _Watcher:
         "error",
         "scope",
         "complete",
-        "receiving",
-        "last_call",
+        "pending",
+        "handed_over",
     )
 
     def __init__(self, receive: Receive, max_buffer: int) -> None:
@@ -112,20 +137,29 @@ class _Watcher:
         # The body is complete (or the WebSocket's connect came): a receive() now waits only
         # for a disconnect, and may be cancelled.
         self.complete = False
-        self.receiving = False  # a receive() is in flight
-        self.last_call = False  # the wait is over: return after the receive() in flight
+        # Under asyncio, the receive() in flight, in a task of its own (see the module docs).
+        self.pending: asyncio.Future[Message] | None = None
+        self.handed_over = False
 
     async def run(self) -> None:
         kept = 0
-        while kept < self.max_buffer and not self.last_call:
-            self.receiving = True
+        detach = _running_asyncio()
+        while kept < self.max_buffer:
             try:
-                message = await self.receive()
+                if detach:
+                    pending = self.pending = asyncio.ensure_future(_call(self.receive))
+                    try:
+                        message = await asyncio.shield(pending)
+                    except BaseException:
+                        if not self.handed_over:
+                            pending.cancel()  # not wanted any more: a cancel-safe wait
+                        raise
+                    self.pending = None
+                else:
+                    message = await self.receive()
             except Exception as exc:  # the application will meet it at its own receive()
                 self.error = exc
                 return
-            finally:
-                self.receiving = False
             kind = message.get("type")
             if kind in _DISCONNECTS:
                 self.disconnected = True
@@ -137,12 +171,25 @@ class _Watcher:
             if kind == "websocket.connect" or not message.get("more_body", False):
                 self.complete = True
 
-    def stop(self, entered: bool) -> bool:
-        """Stop watching; ``False`` when a body chunk is in flight and will be kept first."""
-        if entered and self.receiving and not self.complete:
-            self.last_call = True
-            return False
-        return True
+    def hand_over(self, entered: bool) -> asyncio.Future[Message] | None:
+        """The ``receive()`` in flight, for the application, if more body is due; else None."""
+        pending = self.pending
+        if entered and pending is not None and not self.complete:
+            self.handed_over = True
+            return pending
+        return None
+
+
+async def _call(receive: Receive) -> Message:
+    return await receive()
+
+
+def _running_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False  # trio (or another event loop)
+    return True
 
 
 def _size(message: Message) -> int:
@@ -168,6 +215,7 @@ async def wait_watching_disconnect(
     watcher = _Watcher(receive, max_buffer)
     entered = False
     rejected: Rejected | None = None
+    pending: asyncio.Future[Message] | None = None
     async with anyio.create_task_group() as group:
         watcher.scope = group.cancel_scope
         group.start_soon(watcher.run)
@@ -176,8 +224,8 @@ async def wait_watching_disconnect(
             entered = True
         except Rejected as exc:
             rejected = exc
-        if watcher.stop(entered):
-            group.cancel_scope.cancel()
-    if watcher.messages or watcher.error is not None:
-        receive = ReplayReceive(watcher.messages, receive, watcher.error)
+        pending = watcher.hand_over(entered)
+        group.cancel_scope.cancel()
+    if watcher.messages or watcher.error is not None or pending is not None:
+        receive = ReplayReceive(watcher.messages, receive, watcher.error, pending)
     return Waited(entered, rejected, watcher.disconnected, receive)

@@ -460,12 +460,13 @@ async def test_a_server_that_refuses_sends_after_a_disconnect_is_fine() -> None:
     assert limiter.statistics().executing_requests == 0
 
 
-async def test_a_client_gone_while_its_body_was_due_at_dispatch_holds_no_latency() -> None:
-    # Admitted with more body due; the next receive() brings the disconnect instead: the app
-    # never runs, and the request's additional latency (work it would leave) is not held.
+async def test_the_app_starts_at_once_though_a_body_chunk_is_due() -> None:
+    # A client that sends its headers and stalls must not pin the seat before the app runs:
+    # the app starts, may answer without reading the body, and the receive() left in flight
+    # is cancelled once the app is done.
     limiter = _limiter(limit=1)
     held = await _occupy(limiter)
-    left = asyncio.Event()
+    cancelled = asyncio.Event()
     calls = 0
 
     async def receive() -> Message:
@@ -473,22 +474,45 @@ async def test_a_client_gone_while_its_body_was_due_at_dispatch_holds_no_latency
         calls += 1
         if calls == 1:
             return _body(b"part", True)
-        await left.wait()
-        return {"type": "http.disconnect"}
+        try:
+            await asyncio.Event().wait()  # the rest of the body never comes
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("unreachable")
+
+    app = RecordingApp(reads=0)  # answers without reading the body
+    driver = Driver()
+    task = asyncio.create_task(
+        APFMiddleware(app, limiter=limiter)(http_scope(method="POST"), receive, driver.send)
+    )
+    await settle(lambda: calls == 2)
+    await held.__aexit__(None, None, None)
+    await asyncio.wait_for(task, 5)
+    assert app.calls == 1 and driver.start()["status"] == 200
+    assert limiter.statistics().executing_requests == 0
+    await asyncio.wait_for(cancelled.wait(), 5)
+
+
+async def test_a_request_cancelled_as_it_is_admitted_holds_no_latency() -> None:
+    # Cancelled from outside (a server shutdown, an outer timeout) at the instant of dispatch:
+    # the app never ran, so its additional latency is not held.
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
 
     def estimate(scope: Scope) -> WorkEstimate:
         return WorkEstimate(seats=1, final_seats=1, additional_latency=10.0)
 
     app = RecordingApp(reads=0)
-    driver = Driver()
+    driver = Driver(_body(b"", False))
     middleware = APFMiddleware(app, limiter=limiter, estimate=estimate)
-    task = asyncio.create_task(middleware(http_scope(method="POST"), receive, driver.send))
-    await settle(lambda: calls == 2)
-    await held.__aexit__(None, None, None)  # dispatched, the rest of the body still due
-    for _ in range(10):
-        await asyncio.sleep(0)
-    left.set()
-    await task
-    assert app.calls == 0 and driver.start()["status"] == 499
+    task = asyncio.create_task(middleware(http_scope(), driver.receive, driver.send))
+    await settle(lambda: limiter.statistics().waiting_requests == 1)
+    await held.__aexit__(None, None, None)  # dispatched ...
+    await asyncio.sleep(0)  # the wait returns; the watcher winds down (a checkpoint)
+    task.cancel()  # ... and cancelled there, before the app could start
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert app.calls == 0
     level = limiter.statistics().priority_levels["test"]
     assert (level.executing_requests, level.executing_seats) == (0, 0)
