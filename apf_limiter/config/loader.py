@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_REQUEST_WAIT_LIMIT",
     "DEFAULT_BORROWING_PERIOD",
     "MAX_REQUEST_WAIT_LIMIT",
+    "MIN_BORROWING_PERIOD",
     "load_config",
     "load_config_text",
     "load_documents",
@@ -54,6 +55,9 @@ DEFAULT_REQUEST_WAIT_LIMIT = 15.0
 DEFAULT_BORROWING_PERIOD = 10.0
 #: Kubernetes caps any queue wait at one minute.
 MAX_REQUEST_WAIT_LIMIT = 60.0
+#: Kubernetes adjusts every 10 s; far shorter periods only burn CPU (a subnormal one broke the
+#: schedule's arithmetic), so a millisecond is the floor.
+MIN_BORROWING_PERIOD = 0.001
 
 
 def load_config(source: ConfigSource) -> Configuration:
@@ -130,7 +134,9 @@ def _read_settings(reader: Reader | None, problems: Problems) -> tuple[int, floa
             DEFAULT_REQUEST_WAIT_LIMIT,
             DEFAULT_BORROWING_PERIOD,
         )
-    server_limit = reader.integer("serverConcurrencyLimit", int32=False)
+    # A 32-bit integer, as every other count here: far beyond any real server, and the
+    # concurrency plan's arithmetic (in floats, as Kubernetes') stays exact.
+    server_limit = reader.integer("serverConcurrencyLimit")
     if server_limit is None:
         server_limit = DEFAULT_SERVER_CONCURRENCY_LIMIT
     elif server_limit <= 0:
@@ -149,6 +155,10 @@ def _read_settings(reader: Reader | None, problems: Problems) -> tuple[int, floa
         period = DEFAULT_BORROWING_PERIOD
     elif period <= 0:
         problems.invalid("borrowingPeriod", period, "must be positive")
+    elif period < MIN_BORROWING_PERIOD:
+        problems.invalid(
+            "borrowingPeriod", period, f"must be at least {MIN_BORROWING_PERIOD:g} (seconds)"
+        )
     return server_limit, wait_limit, period
 
 

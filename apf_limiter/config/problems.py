@@ -61,8 +61,30 @@ def _go_float(number: float) -> str:
     return repr(number)
 
 
+#: Characters of a bad value shown in a problem at most: a value can be huge (a YAML alias
+#: bomb expands 400 bytes into 10**8 strings), and a message should stay readable.
+MAX_VALUE_CHARS = 1000
+
+
 def go_value(value: object) -> str:
-    """Format ``value`` the way Go's ``field.Error`` prints a bad value."""
+    """Format ``value`` the way Go's ``field.Error`` prints a bad value.
+
+    Values longer than :data:`MAX_VALUE_CHARS` are cut short (``...``); a value that cannot
+    be formatted at all (nested too deeply, an integer of more digits than Python converts)
+    is named by its type.
+    """
+    try:
+        text = _go_value(value)
+    except (ValueError, RecursionError):
+        if isinstance(value, int):
+            return f"<an integer of {value.bit_length()} bits>"
+        return f"<a {type(value).__name__} nested too deeply>"
+    if len(text) > MAX_VALUE_CHARS:
+        return text[:MAX_VALUE_CHARS] + "..."
+    return text
+
+
+def _go_value(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -75,10 +97,20 @@ def go_value(value: object) -> str:
         return _go_string(value)
     if isinstance(value, Sequence) and all(isinstance(item, str) for item in value):
         return "[]string{" + ", ".join(_go_string(str(item)) for item in value) + "}"
+    # Encoded lazily, chunk by chunk, and stopped past the limit: never the whole of a huge
+    # value.
+    encoder = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str)
+    chunks: list[str] = []
+    length = 0
     try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    except (TypeError, ValueError):
+        for chunk in encoder.iterencode(value):
+            chunks.append(chunk)
+            length += len(chunk)
+            if length > MAX_VALUE_CHARS:
+                break
+    except TypeError:
         return repr(value)
+    return "".join(chunks)
 
 
 class Problems:

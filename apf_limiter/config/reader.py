@@ -79,7 +79,11 @@ class Reader:
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.problems.wrong_type(path, value, "must be a number")
             return None
-        if not math.isfinite(value):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an integer too large for a float
+            finite = False
+        if not finite:
             self.problems.wrong_type(path, value, "must be a finite number")
             return None
         return float(value)

@@ -48,7 +48,7 @@ def read_documents(path: str | os.PathLike[str]) -> list[object]:
         raise ConfigError(
             [ConfigProblem(name, f"cannot read the file: {error.strerror or error}")]
         ) from error
-    except UnicodeDecodeError as error:
+    except (UnicodeDecodeError, ValueError) as error:  # ValueError: a NUL byte in the name
         raise ConfigError([ConfigProblem(name, f"cannot read the file: {error}")]) from error
     return parse_documents(text, text_format, source=name)
 
@@ -117,6 +117,12 @@ def _parse_yaml(text: str, source: str) -> list[object]:
         raise ConfigError([ConfigProblem(source, f"invalid YAML: {error}")]) from error
     except (ValueError, RecursionError) as error:
         raise ConfigError([ConfigProblem(source, f"invalid YAML: {_unparsable(error)}")]) from error
+    except (KeyError, IndexError, AttributeError, TypeError) as error:
+        # PyYAML's constructors fail this way on explicit tags they cannot build from the
+        # value (!!bool x, !!int '', !!timestamp x): the text is invalid all the same.
+        raise ConfigError(
+            [ConfigProblem(source, f"invalid YAML: a tagged value cannot be built ({error!r})")]
+        ) from error
     if duplicates:
         raise ConfigError([ConfigProblem(source, message) for message in duplicates])
     return documents
@@ -143,6 +149,9 @@ def _duplicate_checking_loader(yaml: Any, report: Callable[[str], None]) -> Any:
 
     class DuplicateCheckingLoader(base):  # type: ignore[misc, valid-type]
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if not isinstance(node, yaml.MappingNode):
+                # A scalar or sequence tagged !!map or !!set: PyYAML's own check reports it.
+                return super().construct_mapping(node, deep=deep)
             seen: set[object] = set()
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
