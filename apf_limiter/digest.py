@@ -140,7 +140,9 @@ def check_estimate(seats: int | None, final_seats: int, additional_latency: floa
         raise ValueError(f"seats must be an integer of at least 1, got {seats!r}")
     if isinstance(final_seats, bool) or not isinstance(final_seats, int) or final_seats < 0:
         raise ValueError(f"final_seats must be a non-negative integer, got {final_seats!r}")
-    if not (isinstance(additional_latency, int | float) and math.isfinite(additional_latency)):
+    if isinstance(additional_latency, bool) or not (
+        isinstance(additional_latency, int | float) and math.isfinite(additional_latency)
+    ):
         raise ValueError(f"additional_latency must be a number, got {additional_latency!r}")
     if additional_latency < 0:
         raise ValueError(f"additional_latency must not be negative, got {additional_latency!r}")

@@ -66,6 +66,7 @@ def test_groups_are_a_tuple_of_strings() -> None:
         ({"additional_latency": float("nan")}, "additional_latency must be a number"),
         ({"additional_latency": float("inf")}, "additional_latency must be a number"),
         ({"additional_latency": "1"}, "additional_latency must be a number"),
+        ({"additional_latency": True}, "additional_latency must be a number"),
     ],
 )
 def test_work_estimate_fields_are_checked_at_construction(

@@ -123,8 +123,10 @@ async def send_client_gone(scope: Scope, send: Send, headers: list[tuple[bytes, 
             }
         )
         await send({"type": "http.response.body", "body": b""})
-    except OSError:
-        pass  # ASGI 2.4: a server may raise an OSError on a closed connection
+    except Exception:
+        # ASGI 2.4 has a server raise an OSError on a closed connection; others raise what
+        # they like. The client is gone: this answer was only for the middleware outside.
+        pass
 
 
 async def send_rejection(

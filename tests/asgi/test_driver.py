@@ -445,14 +445,18 @@ async def test_a_client_gone_while_queued_ends_cleanly_under_base_http_middlewar
     assert limiter.statistics().executing_requests == 0
 
 
-async def test_a_server_that_refuses_sends_after_a_disconnect_is_fine() -> None:
-    # ASGI 2.4 lets a server raise an OSError for a send on a closed connection.
+@pytest.mark.parametrize("error", [ConnectionResetError, RuntimeError])
+async def test_a_server_that_refuses_sends_after_a_disconnect_is_fine(
+    error: type[Exception],
+) -> None:
+    # ASGI 2.4 lets a server raise an OSError for a send on a closed connection; some raise
+    # other errors.
     limiter = _limiter(limit=1)
     held = await _occupy(limiter)
     driver = Driver(_body(b"", False), {"type": "http.disconnect"})
 
     async def closed(message: Message) -> None:
-        raise ConnectionResetError("the client is gone")
+        raise error("the client is gone")
 
     await APFMiddleware(ok_app, limiter=limiter)(http_scope(), driver.receive, closed)
     assert limiter.statistics().waiting_requests == 0
