@@ -31,7 +31,9 @@ DASHBOARD_SCRIPT = """
 "use strict";
 const feedUrl = location.pathname + "?format=json";
 const params = new URLSearchParams(location.search);
-const interval = Math.max(250, Number(params.get("interval")) || 1000);
+// 250 ms to one minute: browsers keep timer delays in 32 bits, and a larger one (or Infinity)
+// fires at once, every time.
+const interval = Math.min(60000, Math.max(250, Number(params.get("interval")) || 1000));
 const reasons = ["queue-full", "concurrency-limit", "time-out"];
 
 function cell(row, field, text, cls) {
@@ -131,10 +133,11 @@ async function refresh() {
   } catch (error) {
     setStatus("feed unavailable: " + error.message, true);
   }
+  // The next poll after this one ended: a slow server never has two polls of one page.
+  setTimeout(refresh, interval);
 }
 
 refresh();
-setInterval(refresh, interval);
 """
 
 DASHBOARD_HTML = f"""<!DOCTYPE html>

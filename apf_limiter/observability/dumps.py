@@ -123,7 +123,22 @@ class Dump:
 def _go_text(cell: Cell) -> str:
     if isinstance(cell, bool):
         return "true" if cell else "false"
-    return str(cell)
+    text = str(cell)
+    if not text.isprintable():
+        # Client-chosen text (distinguishers, user names, paths) must not change the table:
+        # a tab or newline would add columns or forge rows (and a thousand tabs overflow the
+        # tab writer's recursion), an escape sequence would drive the reader's terminal.
+        text = text.translate(_CONTROL_ESCAPES)
+    return text
+
+
+# Every C0 and C1 control character (and DEL) as a Go-style escape: "\t", "\n", "\x1b"...
+_CONTROL_ESCAPES: dict[int, str] = {
+    code: {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\v": "\\v", "\f": "\\f"}.get(
+        chr(code), f"\\x{code:02x}"
+    )
+    for code in (*range(0x20), *range(0x7F, 0xA0))
+}
 
 
 def _controller(limiter: Limiter) -> Controller:

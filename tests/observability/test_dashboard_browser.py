@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -243,6 +244,31 @@ def test_the_page_reports_a_denied_feed(chromium: str, tmp_path: Path) -> None:
     assert dom.ids["status"] == "feed unavailable: HTTP 403"
     assert dom.levels == {}
     assert state["calls"] >= 2
+
+
+@pytest.mark.parametrize("interval", ["Infinity", "4294967296"])
+def test_a_huge_interval_does_not_flood_the_feed(
+    chromium: str, tmp_path: Path, interval: str
+) -> None:
+    # Browsers keep timer delays in 32 bits: an unclamped ?interval= fired at once, every
+    # time (hundreds of feed requests a second from one tab).
+    feeds = {"calls": 0}
+
+    def counting(scope: Scope) -> bool:
+        if "format=json" in scope.get("query_string", b"").decode():
+            feeds["calls"] += 1
+        return True
+
+    limiter = Limiter(scenario_config())
+    app = Starlette(routes=[Mount(DEBUG_PREFIX, app=debug_app(limiter, authorize=counting))])
+    with serve(app) as port:
+        run_chromium(
+            chromium,
+            tmp_path / "profile",
+            "--dump-dom",
+            f"http://127.0.0.1:{port}{DEBUG_PREFIX}/dashboard?interval={interval}",
+        )
+    assert 1 <= feeds["calls"] <= 2  # the first poll; the next is a minute away
 
 
 def test_uvicorn_serves_the_text_dump() -> None:

@@ -242,3 +242,22 @@ async def test_dump_of_an_idle_limiter_has_headers_only_where_nothing_runs() -> 
         ("queued", 1, 0),
         ("queued", 2, 0),
     ]
+
+
+def test_client_text_cannot_change_the_shape_of_a_text_dump() -> None:
+    # Distinguishers, user names and paths come from clients: tabs and newlines would add
+    # columns or forge rows (and ~1,200 tabs overflowed the tab writer's recursion), escape
+    # sequences would drive the operator's terminal. They are escaped, Go style.
+    from apf_limiter import RequestDigest
+    from tests.helpers import single_level_config
+
+    limiter = Limiter(single_level_config(limit=1), clock=FakeClock())
+    hostile = "evil,\tFAKE\nexempt,\texempt\x1b[2J" + "\t" * 1200
+    admission = limiter.admit(RequestDigest(user=hostile, path="/x\ny"))
+    assert admission.start()
+    text = dump_requests(limiter, include_details=True).text()
+    lines = text.splitlines()
+    assert len(lines) == 2  # the header and the one request
+    assert "\t" not in text and "\x1b" not in text
+    assert "evil,\\tFAKE\\nexempt,\\texempt\\x1b[2J" in lines[1] and "/x\\ny" in lines[1]
+    admission.release()
