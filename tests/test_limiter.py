@@ -485,6 +485,24 @@ async def test_start_wait_release_without_async_with() -> None:
         await limiter.admit(_digest("e")).wait()
 
 
+def _route_user_to(config: dict[str, Any], user: str, level: str) -> None:
+    """Put a schema sending ``user``'s requests to ``level`` first in ``config``."""
+    config["flowSchemas"].insert(
+        0,
+        {
+            "name": level,
+            "priorityLevelConfiguration": {"name": level},
+            "matchingPrecedence": 10,
+            "rules": [
+                {
+                    "subjects": [{"kind": "User", "user": {"name": user}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                }
+            ],
+        },
+    )
+
+
 async def test_a_level_with_limit_zero_gets_seats_as_soon_as_requests_wait() -> None:
     # A small server: "anonymous" lends 90% of its 4 nominal seats, so its lower limit is 0
     # and the first adjustment (no demand yet) leaves it at 0. A waiting request triggers an
@@ -493,20 +511,7 @@ async def test_a_level_with_limit_zero_gets_seats_as_soon_as_requests_wait() -> 
     config["priorityLevels"].append(
         {"name": "anonymous", "limited": {"nominalConcurrencyShares": 10000, "lendablePercent": 90}}
     )
-    config["flowSchemas"].insert(
-        0,
-        {
-            "name": "anonymous",
-            "priorityLevelConfiguration": {"name": "anonymous"},
-            "matchingPrecedence": 10,
-            "rules": [
-                {
-                    "subjects": [{"kind": "User", "user": {"name": "system:anonymous"}}],
-                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                }
-            ],
-        },
-    )
+    _route_user_to(config, "system:anonymous", "anonymous")
     limiter = Limiter(config, clock=FakeClock())
     level = limiter.statistics().priority_levels["anonymous"]
     assert (level.lower_limit, level.current_limit) == (0, 0)
@@ -525,20 +530,7 @@ async def test_a_borrow_only_level_gets_a_seat_as_soon_as_a_request_waits() -> N
     config["priorityLevels"].append(
         {"name": "borrower", "limited": {"nominalConcurrencyShares": 0}}
     )
-    config["flowSchemas"].insert(
-        0,
-        {
-            "name": "borrower",
-            "priorityLevelConfiguration": {"name": "borrower"},
-            "matchingPrecedence": 10,
-            "rules": [
-                {
-                    "subjects": [{"kind": "User", "user": {"name": "u"}}],
-                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                }
-            ],
-        },
-    )
+    _route_user_to(config, "u", "borrower")
     clock = FakeClock()
     limiter = Limiter(config, clock=clock)
     level = limiter.statistics().priority_levels["borrower"]
@@ -556,20 +548,7 @@ async def test_a_jail_level_stays_shut() -> None:
     config["priorityLevels"].append(
         {"name": "jail", "limited": {"nominalConcurrencyShares": 0, "borrowingLimitPercent": 0}}
     )
-    config["flowSchemas"].insert(
-        0,
-        {
-            "name": "jail",
-            "priorityLevelConfiguration": {"name": "jail"},
-            "matchingPrecedence": 10,
-            "rules": [
-                {
-                    "subjects": [{"kind": "User", "user": {"name": "mallory"}}],
-                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                }
-            ],
-        },
-    )
+    _route_user_to(config, "mallory", "jail")
     clock = FakeClock()
     limiter = Limiter(config, clock=clock)
     task = asyncio.get_running_loop().create_task(_admit_once(limiter, "mallory"))
