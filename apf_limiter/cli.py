@@ -108,8 +108,10 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    if not 1 <= value <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive 32-bit integer (as serverConcurrencyLimit), got {text}"
+        )
     return value
 
 

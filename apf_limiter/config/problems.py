@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -78,7 +79,7 @@ def go_value(value: object) -> str:
     except (ValueError, RecursionError):
         if isinstance(value, int):
             return f"<an integer of {value.bit_length()} bits>"
-        return f"<a {type(value).__name__} nested too deeply>"
+        return f"<a {type(value).__name__} that cannot be printed>"
     if len(text) > MAX_VALUE_CHARS:
         return text[:MAX_VALUE_CHARS] + "..."
     return text
@@ -96,7 +97,7 @@ def _go_value(value: object) -> str:
     if isinstance(value, str):
         return _go_string(value)
     if isinstance(value, Sequence) and all(isinstance(item, str) for item in value):
-        return "[]string{" + ", ".join(_go_string(str(item)) for item in value) + "}"
+        return "[]string{" + _joined_to_limit(_go_string(str(item)) for item in value) + "}"
     # Encoded lazily, chunk by chunk, and stopped past the limit: never the whole of a huge
     # value.
     encoder = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str)
@@ -108,9 +109,25 @@ def _go_value(value: object) -> str:
             length += len(chunk)
             if length > MAX_VALUE_CHARS:
                 break
-    except TypeError:
-        return repr(value)
+    except TypeError:  # keys of mixed types cannot be sorted: a bounded repr instead
+        return _BOUNDED_REPR.repr(value)
     return "".join(chunks)
+
+
+def _joined_to_limit(items: Iterable[str]) -> str:
+    parts: list[str] = []
+    length = 0
+    for item in items:
+        parts.append(item)
+        length += len(item) + 2
+        if length > MAX_VALUE_CHARS:
+            break
+    return ", ".join(parts)
+
+
+# reprlib cuts every level of a value short, so an alias bomb is never expanded in full.
+_BOUNDED_REPR = reprlib.Repr()
+_BOUNDED_REPR.maxstring = _BOUNDED_REPR.maxother = MAX_VALUE_CHARS
 
 
 class Problems:
@@ -191,7 +208,7 @@ class Problems:
         (typically "Required value"), so problems at the suggested key are dropped.
         """
         for key in raw:
-            name = str(key)
+            name = go_value(key) if type(key) is int else str(key)  # a key of 5,000 digits
             if name in known:
                 continue
             suggestion = closest(name, known)

@@ -10,7 +10,6 @@ from urllib.parse import parse_qs
 __all__ = [
     "ASGIApp",
     "Authorize",
-    "Message",
     "Receive",
     "Scope",
     "Send",
@@ -21,9 +20,8 @@ __all__ = [
 ]
 
 Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Authorize = Callable[[Scope], bool | Awaitable[bool]]
 """A hook deciding from the ASGI scope whether a request may see an endpoint."""

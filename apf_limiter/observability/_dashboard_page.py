@@ -126,7 +126,12 @@ function setStatus(text, isError) {
 
 async function refresh() {
   try {
-    const response = await fetch(feedUrl, {cache: "no-store", credentials: "same-origin"});
+    // A poll that hangs is given up, or the next one would never come.
+    const response = await fetch(feedUrl, {
+      cache: "no-store",
+      credentials: "same-origin",
+      signal: AbortSignal.timeout(Math.max(10000, interval)),
+    });
     if (!response.ok) throw new Error("HTTP " + response.status);
     render(await response.json());
     setStatus("updated " + new Date().toLocaleTimeString(), false);

@@ -124,21 +124,40 @@ def _go_text(cell: Cell) -> str:
     if isinstance(cell, bool):
         return "true" if cell else "false"
     text = str(cell)
-    if not text.isprintable():
-        # Client-chosen text (distinguishers, user names, paths) must not change the table:
-        # a tab or newline would add columns or forge rows (and a thousand tabs overflow the
-        # tab writer's recursion), an escape sequence would drive the reader's terminal.
-        text = text.translate(_CONTROL_ESCAPES)
-    return text
+    if text.isprintable() and "\\" not in text:
+        return text
+    # Client-chosen text (distinguishers, user names, paths) must not change the table: a tab
+    # or newline would add columns or forge rows (and a thousand tabs overflow the tab
+    # writer's recursion), line separators and bidi overrides would do the same in a viewer,
+    # an escape sequence would drive the reader's terminal. Escaped as Go's %q escapes them,
+    # the backslash included, so an escape cannot be faked either.
+    return "".join(_escape(char) for char in text)
 
 
-# Every C0 and C1 control character (and DEL) as a Go-style escape: "\t", "\n", "\x1b"...
-_CONTROL_ESCAPES: dict[int, str] = {
-    code: {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\v": "\\v", "\f": "\\f"}.get(
-        chr(code), f"\\x{code:02x}"
-    )
-    for code in (*range(0x20), *range(0x7F, 0xA0))
+_NAMED_ESCAPES = {
+    "\\": "\\\\",
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
 }
+
+
+def _escape(char: str) -> str:
+    named = _NAMED_ESCAPES.get(char)
+    if named is not None:
+        return named
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
 def _controller(limiter: Limiter) -> Controller:

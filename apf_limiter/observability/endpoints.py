@@ -18,14 +18,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from apf_limiter.observability._asgi import (
     ASGIApp,
     Authorize,
-    Message,
     Receive,
     Scope,
     Send,
@@ -186,12 +184,6 @@ def metrics_app(registry: Any = None, *, authorize: Authorize | None = None) -> 
     return MetricsApp(registry, authorize)
 
 
-#: Seconds a rendered scrape is served again to the same kind of request. Prometheus scrapes
-#: every 15-60 s, so nobody sees it; a flood of scrapes (``/metrics`` is exempt in the built-in
-#: configuration, and a scrape walks every queued request: 5-10 ms) costs one render a second.
-SCRAPE_CACHE_SECONDS = 1.0
-
-
 class MetricsApp:
     """A Prometheus registry as an ASGI app (see :func:`metrics_app`)."""
 
@@ -202,9 +194,6 @@ class MetricsApp:
         self.registry = prometheus_client.REGISTRY if registry is None else registry
         self.authorize = authorize
         self._inner: ASGIApp = prometheus_client.make_asgi_app(self.registry)
-        # (query, accept, accept-encoding) -> (rendered at, the response's messages)
-        self._cache: dict[tuple[bytes, bytes, bytes], tuple[float, list[Message]]] = {}
-        self._clock: Callable[[], float] = time.monotonic
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection."""
@@ -217,25 +206,4 @@ class MetricsApp:
         if self.authorize is not None and not await is_authorized(self.authorize, scope):
             await respond(scope, send, 403, b"Forbidden\n", _TEXT)
             return
-        headers = dict(scope.get("headers") or ())
-        key = (
-            scope.get("query_string", b""),
-            headers.get(b"accept", b""),
-            headers.get(b"accept-encoding", b""),
-        )
-        now = self._clock()
-        cached = self._cache.get(key)
-        if cached is not None and now - cached[0] < SCRAPE_CACHE_SECONDS:
-            for message in cached[1]:
-                await send(message)
-            return
-        messages: list[Message] = []
-
-        async def keep(message: Message) -> None:
-            messages.append(message)
-            await send(message)
-
-        await self._inner(scope, receive, keep)
-        if len(self._cache) >= 64:  # distinct request kinds: bounded all the same
-            self._cache.clear()
-        self._cache[key] = (now, messages)
+        await self._inner(scope, receive, send)

@@ -94,3 +94,39 @@ async def test_the_shortest_borrowing_period_runs() -> None:
 def test_a_file_name_with_a_nul_byte_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the file"):
         load_config(str(tmp_path / "conf\x00.yaml"))
+
+
+def test_values_the_message_cannot_sort_or_that_are_long_lists_stay_short() -> None:
+    # Keys of mixed types cannot be sorted for JSON: a bounded repr, never the whole value.
+    lines = ["s: &s {1: x, b: [x, x, x, x, x, x, x, x, x, x]}"]
+    for previous, name in zip("stuvw", "tuvwx", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{previous}'] * 10)}]")
+    lines.append("serverConcurrencyLimit: *x")
+    with pytest.raises(ConfigError) as raised:
+        load_config_text("\n".join(lines))
+    (problem,) = [p for p in raised.value.problems if p.path == "serverConcurrencyLimit"]
+    assert len(str(problem)) < 2000
+    # A long list of strings is cut as it is joined.
+    strings = "s: &s [" + ", ".join(["x" * 100] * 2000) + "]"
+    with pytest.raises(ConfigError) as raised:
+        load_config_text(strings + "\nserverConcurrencyLimit: *s")
+    (problem,) = [p for p in raised.value.problems if p.path == "serverConcurrencyLimit"]
+    assert len(str(problem)) < 2000
+
+
+@pytest.mark.parametrize(
+    "source", [{10**5000: 1}, "? 0x" + "f" * 5000 + "\n: 1\n"], ids=["dict", "yaml"]
+)
+def test_an_unknown_key_too_long_to_print_is_reported(source: Any) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(source) if isinstance(source, dict) else load_config_text(source)
+    assert any("Unknown field" in str(problem) for problem in raised.value.problems)
+
+
+def test_the_cli_refuses_a_limit_override_beyond_32_bits(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from apf_limiter.cli import main
+
+    assert main(["show", "-c", str(10**400)]) == 2  # was an OverflowError traceback
+    assert "32-bit" in capsys.readouterr().err

@@ -261,3 +261,9 @@ def test_client_text_cannot_change_the_shape_of_a_text_dump() -> None:
     assert "\t" not in text and "\x1b" not in text
     assert "evil,\\tFAKE\\nexempt,\\texempt\\x1b[2J" in lines[1] and "/x\\ny" in lines[1]
     admission.release()
+    # Line separators and bidi overrides too, and a backslash, so that no escape is faked.
+    from apf_limiter.observability.dumps import Dump
+
+    rendered = Dump(("A", "B"), (("u\u2028fake\u202e", "a\\tb"),)).text()
+    assert len(rendered.splitlines()) == 2
+    assert "u\\u2028fake\\u202e" in rendered and "a\\\\tb" in rendered

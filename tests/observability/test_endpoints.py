@@ -213,38 +213,3 @@ async def test_metrics_app_serves_the_registry_and_can_be_guarded(busy: Limiter)
     guarded = metrics_app(registry, authorize=lambda scope: scope["headers"] == [])
     async with client(guarded) as http:
         assert (await http.get("/metrics")).status_code == 403
-
-
-async def test_a_flood_of_scrapes_renders_once_a_second(
-    busy: Limiter, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # /metrics is exempt in the built-in configuration, and a scrape walks every queued
-    # request: a flood must not cost a render each.
-    import apf_limiter.observability.endpoints as endpoints
-
-    registry = CollectorRegistry()
-    metrics = PrometheusMetrics(registry)
-    metrics.bind(busy)
-    renders = 0
-    collect = metrics.collect
-
-    def counting() -> Any:
-        nonlocal renders
-        renders += 1
-        return collect()
-
-    monkeypatch.setattr(metrics, "collect", counting)
-    now = [1000.0]
-    scrapes = metrics_app(registry)
-    scrapes._clock = lambda: now[0]
-    app = Starlette(routes=[Route("/metrics", scrapes)])
-    async with client(app) as http:
-        first = await http.get("/metrics")
-        again = [await http.get("/metrics") for _ in range(20)]
-        assert renders == 1 and all(r.text == first.text for r in again)
-        # Another kind of request (OpenMetrics) is rendered for itself.
-        openmetrics = await http.get("/metrics", headers={"accept": "application/openmetrics-text"})
-        assert renders == 2 and openmetrics.text.endswith("# EOF\n")
-        now[0] += endpoints.SCRAPE_CACHE_SECONDS
-        await http.get("/metrics")
-        assert renders == 3
