@@ -118,14 +118,19 @@ async def _wait_behind_a_holder(limiter: Limiter) -> None:
     queued.release()
 
 
+def _after_a_loop_that_waited() -> tuple[_ManualClock, Limiter]:
+    """A limiter (borrowing period 10 s) whose borrowing timer was set in a loop now ended."""
+    clock = _ManualClock()
+    limiter = Limiter(single_level_config(limit=1), clock=clock)
+    asyncio.run(_wait_behind_a_holder(limiter))
+    return clock, limiter
+
+
 @pytest.mark.timeout(10)
 def test_a_limiter_outliving_its_event_loop_arms_a_new_borrowing_timer() -> None:
     # The borrowing timer set while a request waited dies with its loop. Once its adjustment
     # is due, the next request that waits, in the next loop, sets a new one there.
-    clock = _ManualClock()
-    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
-
-    asyncio.run(_wait_behind_a_holder(limiter))
+    clock, limiter = _after_a_loop_that_waited()
     assert len(_borrowing_timers(clock)) == 1  # due at t = 10, lost with the loop
     clock.time = 12.0
     asyncio.run(_wait_behind_a_holder(limiter))
@@ -196,10 +201,7 @@ async def test_a_borrowing_timer_firing_periods_late_catches_up_once() -> None:
 def test_a_borrowing_timer_from_an_ended_loop_is_replaced_before_it_is_due() -> None:
     # The next loop starts before the lost timer's due time: the timer is not pending, it
     # is gone with its loop, so the first request that waits sets one in the new loop.
-    clock = _ManualClock()
-    limiter = Limiter(single_level_config(limit=1), clock=clock)  # borrowing period 10 s
-
-    asyncio.run(_wait_behind_a_holder(limiter))
+    clock, limiter = _after_a_loop_that_waited()
     clock.time = 5.0  # the lost timer was due at t = 10
     asyncio.run(_wait_behind_a_holder(limiter))
     armed = _borrowing_timers(clock)

@@ -174,6 +174,7 @@ class APFMiddleware:
         except Rejected as rejected:
             await self._reject(scope, receive, send, rejected)
             return
+        replay: ReplayReceive | None = None  # set only for a request that waited
         if not admitted:
             # An "Expect: 100-continue" client uploads its body only once the server reads
             # it (servers send "100 Continue" at the first receive()): reading to watch for
@@ -198,6 +199,8 @@ class APFMiddleware:
                 await self._client_gone(scope, send, admission)
                 return
             receive = waited.receive
+            if type(receive) is ReplayReceive:
+                replay = receive
         try:
             state = scope.get("state")
             if state is None:
@@ -206,8 +209,8 @@ class APFMiddleware:
             await self.app(scope, receive, self._sender(send, admission, long_running))
         finally:
             admission.release()
-            if type(receive) is ReplayReceive:
-                receive.close()  # a receive() handed over from the wait, never awaited
+            if replay is not None:
+                replay.close()  # a receive() handed over from the wait, never awaited
 
     def _classify(
         self, scope: Scope

@@ -97,32 +97,26 @@ def _go_value(value: object) -> str:
     if isinstance(value, str):
         return _go_string(value)
     if isinstance(value, Sequence) and all(isinstance(item, str) for item in value):
-        return "[]string{" + _joined_to_limit(_go_string(str(item)) for item in value) + "}"
+        return "[]string{" + _joined_to_limit((_go_string(str(i)) for i in value), ", ") + "}"
     # Encoded lazily, chunk by chunk, and stopped past the limit: never the whole of a huge
     # value.
     encoder = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str)
-    chunks: list[str] = []
-    length = 0
     try:
-        for chunk in encoder.iterencode(value):
-            chunks.append(chunk)
-            length += len(chunk)
-            if length > MAX_VALUE_CHARS:
-                break
+        return _joined_to_limit(encoder.iterencode(value), "")
     except TypeError:  # keys of mixed types cannot be sorted: a bounded repr instead
         return _BOUNDED_REPR.repr(value)
-    return "".join(chunks)
 
 
-def _joined_to_limit(items: Iterable[str]) -> str:
-    parts: list[str] = []
+def _joined_to_limit(parts: Iterable[str], separator: str) -> str:
+    """``separator.join(parts)``, taking parts only until the text passes the limit."""
+    taken: list[str] = []
     length = 0
-    for item in items:
-        parts.append(item)
-        length += len(item) + 2
+    for part in parts:
+        taken.append(part)
+        length += len(part) + len(separator)
         if length > MAX_VALUE_CHARS:
             break
-    return ", ".join(parts)
+    return separator.join(taken)
 
 
 # reprlib cuts every level of a value short, so an alias bomb is never expanded in full.
