@@ -3,14 +3,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest compile test-compiled demo bench bench-deps clean
+.PHONY: test lint typecheck pytest compile mypyc-modules test-compiled demo bench bench-deps clean
 
-# The hot modules compiled with mypyc (optional: pure Python is the reference).
+# The hot modules compiled with mypyc (optional: pure Python is the reference). The list is
+# the wheel build hook's include/exclude in pyproject.toml, expanded by mypyc_modules.py; it is
+# read when a recipe uses it (`=`, not `:=`), once the virtualenv exists.
 COMPILED := build/compiled
-MYPYC_MODULES := $(filter-out %/__init__.py,$(wildcard apf_limiter/engine/*.py)) \
-	apf_limiter/limiter.py apf_limiter/clock.py \
-	apf_limiter/asgi/middleware.py apf_limiter/asgi/identity.py apf_limiter/asgi/routes.py \
-	apf_limiter/asgi/responses.py apf_limiter/asgi/options.py apf_limiter/asgi/waiting.py
+MYPYC_MODULES = $(shell $(BIN)/python mypyc_modules.py)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,19 +20,20 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check apf_limiter tests benchmarks examples
-	$(BIN)/ruff format --check apf_limiter tests benchmarks examples
+	$(BIN)/ruff check apf_limiter tests benchmarks examples mypyc_modules.py
+	$(BIN)/ruff format --check apf_limiter tests benchmarks examples mypyc_modules.py
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict apf_limiter tests
+	$(BIN)/mypy --strict apf_limiter tests mypyc_modules.py
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
 # A copy of the tree with the hot modules compiled, for benchmarks and test-compiled.
 compile: $(STAMP)
+	$(BIN)/python mypyc_modules.py > /dev/null  # a stale entry in the list stops here
 	rm -rf $(COMPILED) && mkdir -p $(COMPILED)
-	cp -r apf_limiter tests examples docs benchmarks $(COMPILED)/
+	cp -r apf_limiter tests examples docs benchmarks mypyc_modules.py $(COMPILED)/
 	# What the copy was compiled from, for the benchmarks' result files (build/ is not in git).
 	printf '%s %s\n' "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
 		"$$(git status --porcelain -- apf_limiter 2>/dev/null | grep -q . && echo dirty || echo clean)" \
@@ -41,6 +41,10 @@ compile: $(STAMP)
 	printf '[mypy]\n[mypy-xxhash.*]\nignore_missing_imports = True\n' > $(COMPILED)/mypy.ini
 	cd $(COMPILED) && ../../$(BIN)/mypyc $(MYPYC_MODULES) > mypyc.log 2>&1 || (tail -50 mypyc.log; exit 1)
 	cp pyproject.toml $(COMPILED)/  # pytest's settings (after mypyc: its setuptools reads it)
+
+# The files `make compile` and the wheel's build hook compile, one per line.
+mypyc-modules: $(BIN)/python
+	@$(BIN)/python mypyc_modules.py
 
 # The whole suite again, against the compiled modules.
 test-compiled: compile

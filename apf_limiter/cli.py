@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, TextIO
 from apf_limiter._version import __version__
 
 if TYPE_CHECKING:
-    from apf_limiter.config.model import Configuration
     from apf_limiter.errors import ConfigProblem
 
 __all__ = ["main", "build_parser"]
@@ -44,25 +43,15 @@ def _problem_line(file: str, problem: ConfigProblem) -> str:
     return f"{file}: {problem}"
 
 
-def _load(file: str | None) -> Configuration:
-    """Load ``file``, or the built-in default configuration when ``file`` is None."""
-    if file is None:
-        from apf_limiter.config.defaults import default_configuration
-
-        return default_configuration()
-    from apf_limiter.config.loader import load_config
-
-    return load_config(file)
-
-
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from apf_limiter.config._sources import load_source
     from apf_limiter.errors import ConfigError
 
     files: list[str] = args.files
     invalid = problems = 0
     for file in files:
         try:
-            config = _load(file)
+            config = load_source(file)
         except ConfigError as error:
             invalid += 1
             problems += len(error.problems)
@@ -85,13 +74,14 @@ def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from apf_limiter.engine.concurrency import plan_configuration
+    from apf_limiter.config._sources import load_source
+    from apf_limiter.engine._concurrency import plan_configuration
     from apf_limiter.errors import ConfigError
     from apf_limiter.plan_render import render_plan
 
     file: str | None = args.file
     try:
-        config = _load(file)
+        config = load_source(file)  # None: the built-in default configuration
     except ConfigError as error:
         for problem in error.problems:
             print(_problem_line(str(file), problem), file=err)

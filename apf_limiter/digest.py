@@ -100,7 +100,7 @@ class RequestDigest:
             or type(additional_latency) is not float
         ):
             check_estimate(seats, final_seats, additional_latency)
-        return _fill(
+        return fill_digest(
             cls,
             user,
             groups,
@@ -159,7 +159,7 @@ def _as_groups(groups: object) -> tuple[str, ...]:
     return result
 
 
-def _fill(
+def fill_digest(
     cls: type[RequestDigest],
     user: str,
     groups: tuple[str, ...],

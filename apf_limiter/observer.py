@@ -9,7 +9,7 @@ the events below carry what only the moment knows (wait and execution times, que
 
 from __future__ import annotations
 
-from apf_limiter.config.model import Configuration
+from apf_limiter.config._model import Configuration
 from apf_limiter.errors import ConfigProblem, RejectReason
 
 __all__ = ["Observer"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from apf_limiter.config.model import (
+from apf_limiter.config._model import (
     Configuration,
     FlowSchema,
     NonResourcePolicyRule,
@@ -18,8 +18,8 @@ from apf_limiter.config.model import (
     ResourcePolicyRule,
     Subject,
 )
-from apf_limiter.engine.classifier import order_flow_schemas
-from apf_limiter.engine.concurrency import ConfigurationPlan, LevelPlan
+from apf_limiter.engine._classifier import order_flow_schemas
+from apf_limiter.engine._concurrency import ConfigurationPlan, LevelPlan
 
 __all__ = [
     "plan_notes",

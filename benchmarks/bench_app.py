@@ -41,7 +41,7 @@ from starlette.routing import Route
 from apf_limiter import Limiter
 from apf_limiter.asgi import APFMiddleware
 from apf_limiter.asgi.types import ASGIApp, Receive, Scope, Send
-from apf_limiter.config.defaults import default_configuration
+from apf_limiter.config._defaults import default_configuration
 from apf_limiter.demo.app import SemaphoreMiddleware, bearer_identity, demo_config
 
 __all__ = [
@@ -60,8 +60,8 @@ __all__ = [
 
 #: Modules whose file tells which build runs (``.py`` source or a compiled extension).
 BUILD_MODULES = (
-    "apf_limiter.engine.queueset",
-    "apf_limiter.engine.controller",
+    "apf_limiter.engine._queueset",
+    "apf_limiter.engine._controller",
     "apf_limiter.limiter",
     "apf_limiter.asgi.middleware",
 )
@@ -74,12 +74,12 @@ def build_info() -> dict[str, Any]:
     return {
         "build": "compiled" if compiled else "pure Python",
         "compiled_modules": compiled,
-        "queueset_file": files["apf_limiter.engine.queueset"],
+        "queueset_file": files["apf_limiter.engine._queueset"],
         "python": sys.version.split()[0],
         "implementation": sys.implementation.name,
         "uvicorn": version("uvicorn"),
         "starlette": version("starlette"),
-        **source_revision(Path(files["apf_limiter.engine.queueset"]).parent.parent),
+        **source_revision(Path(files["apf_limiter.engine._queueset"]).parent.parent),
     }
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from apf_limiter import Limiter, RequestDigest
-from apf_limiter.config.loader import load_config
-from apf_limiter.engine.controller import Controller
-from apf_limiter.engine.request import RequestState
+from apf_limiter.config._sources import load_config
+from apf_limiter.engine._controller import Controller
+from apf_limiter.engine._request import RequestState
 from benchmarks.bench_app import build_info
 from benchmarks.interleave import interleaved_rounds, run_fast_path
 from benchmarks.result_file import write_result
@@ -200,7 +200,7 @@ def saturated_level(
                 controller.start(digests[arrival % flows], now)
                 arrival += 1
                 dispatched = controller.finish(executing[slot], now)
-                executing[slot] = dispatched[0]
+                executing[slot] = dispatched.dispatched[0]
                 slot = (slot + 1) % limit
             elapsed = time.perf_counter() - start
         finally:

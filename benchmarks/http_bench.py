@@ -30,7 +30,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from apf_limiter.config.defaults import default_configuration
+from apf_limiter.config._defaults import default_configuration
 from benchmarks.bench_app import build_info
 from benchmarks.loadgen import LoadResult, generator_ceiling, run_load, wrk_path
 from benchmarks.result_file import write_result

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from apf_limiter import Limiter, RequestDigest
-from apf_limiter.engine.classifier import Classifier
+from apf_limiter.engine._classifier import Classifier
 from benchmarks.bench_app import build_info
 from benchmarks.engine_bench import USER, saturated_level, twenty_schemas_config
 from benchmarks.http_bench import machine

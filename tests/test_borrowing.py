@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from apf_limiter import Limiter, RequestDigest
-from apf_limiter.config.defaults import kubernetes_bootstrap_configuration
-from apf_limiter.engine.borrowing import SeatDemandStats
-from apf_limiter.engine.integrator import IntegratorResults
+from apf_limiter.config._defaults import kubernetes_bootstrap_configuration
+from apf_limiter.engine._borrowing import SeatDemandStats
+from apf_limiter.engine._integrator import IntegratorResults
 from apf_limiter.testing import FakeClock
 from tests.engine.scenario import ExactIntegrator
 from tests.helpers import limited_level as _level
@@ -236,6 +236,7 @@ async def test_periodic_adjustment_runs_on_schedule_and_after_idle() -> None:
     # Idle: no timer; the adjustments that fell due are replayed on the next call.
     await clock.advance(100)
     assert clock.pending_timers == 0
+    limiter.run_due()
     stats = limiter.statistics()
     assert stats.adjustments == 12
     # The smoothed demand decays with A = 0.977 per period while the demand is 0.
@@ -263,7 +264,7 @@ def test_solver_error_keeps_the_previous_limits() -> None:
     # Exempt shares count in the nominal sum, but no limited level may borrow: the upper
     # bounds cannot reach the required sum, the solver errs, and the limits stay (backstop).
     # (The mandatory catch-all can always borrow, so this needs a hand-built configuration.)
-    from apf_limiter.config.model import (
+    from apf_limiter.config._model import (
         Configuration,
         ExemptPriorityLevelConfiguration,
         LimitedPriorityLevelConfiguration,

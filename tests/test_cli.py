@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from apf_limiter.cli import main
-from apf_limiter.config.loader import load_config
+from apf_limiter.config._sources import load_config
 from apf_limiter.errors import ConfigError
 
 GOOD_YAML = """\
@@ -334,7 +334,7 @@ def test_show_notes_levels_with_a_lower_limit_of_zero(capsys: pytest.CaptureFixt
 
 
 def test_plan_notes_for_reject_and_jail_levels() -> None:
-    from apf_limiter.engine.concurrency import plan_configuration
+    from apf_limiter.engine._concurrency import plan_configuration
     from apf_limiter.plan_render import plan_notes
 
     config = load_config(

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from apf_limiter import ConfigError, Limiter, Rejected, RequestDigest
-from apf_limiter.engine.queueset import QueueSet
-from apf_limiter.engine.request import RequestState as S
-from apf_limiter.engine.seat_seconds import MASK
+from apf_limiter.engine._queueset import QueueSet
+from apf_limiter.engine._request import RequestState as S
+from apf_limiter.engine._seat_seconds import MASK
 from apf_limiter.observer import Observer
 from apf_limiter.testing import FakeClock
 
@@ -438,7 +438,7 @@ class Fuzzer:
             rec.wait_limit if rec.wait_limit is not None else self.limiter.config.request_wait_limit
         )
         timers_before = len(self.clock._timers)
-        adjustments_due = self.clock.now() >= self.limiter._next_check
+        adjustments_due = self.clock.now() >= self.limiter._scheduler.next_check
         try:
             ok = rec.adm.start()
         except Rejected as exc:
@@ -716,14 +716,14 @@ class Fuzzer:
                     f"heads {[(r.max_seats) for r in cands]}"
                 )
         # while requests wait, a borrowing timer is pending for the next adjustment
-        if controller.waiting_requests and not limiter._closed:
-            timer: Any = limiter._borrowing_timer  # a FakeClock timer: it has .cancelled
+        if controller.waiting_requests and not limiter._scheduler.closed:
+            timer: Any = limiter._scheduler.borrowing_timer  # a FakeClock timer: it has .cancelled
             assert timer is not None and not timer.cancelled, "requests wait, no borrowing timer"
-            assert limiter._borrowing_timer_due == limiter._next_adjustment, (
-                limiter._borrowing_timer_due,
-                limiter._next_adjustment,
+            assert limiter._scheduler.borrowing_timer_due == limiter._scheduler.next_adjustment, (
+                limiter._scheduler.borrowing_timer_due,
+                limiter._scheduler.next_adjustment,
             )
-            assert limiter._next_adjustment > now - EPS
+            assert limiter._scheduler.next_adjustment > now - EPS
         # the plan: nominal, lendable, borrowing limits as documented
 
         scl = limiter.config.server_concurrency_limit
@@ -757,11 +757,15 @@ class Fuzzer:
                     "wait timer of",
                     req,
                 )
-            elif cb == limiter._release:
+            elif cb == limiter._scheduler._release:
                 kind = "release"
                 assert t.args[0].state is S.LINGERING, ("release timer of", t.args[0])
-            elif cb == limiter._on_borrowing_timer:
-                kind = "borrowing" if t.args[0] == limiter._borrowing_timer_arming else "stale"
+            elif cb == limiter._scheduler._on_borrowing_timer:
+                kind = (
+                    "borrowing"
+                    if t.args[0] == limiter._scheduler.borrowing_timer_arming
+                    else "stale"
+                )
             else:
                 kind = "other"
             kinds[kind] = kinds.get(kind, 0) + 1
@@ -901,6 +905,7 @@ class Fuzzer:
         self.check()
         assert not _violations, _violations
         assert all(t.done() for t in self.extra_tasks)
+        self.limiter.run_due()  # the idle adjustments (statistics() is a pure read)
         stats = self.limiter.statistics()
         for name, st in stats.priority_levels.items():
             assert (

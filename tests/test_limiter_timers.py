@@ -96,6 +96,7 @@ async def test_a_borrowing_timer_beaten_by_a_call_runs_no_adjustment_early() -> 
     (on_borrowing_timer, arming) = clock.timers[-1]
     before = limiter.statistics().adjustments
     clock.time = 10.0
+    limiter.run_due()
     assert limiter.statistics().adjustments == before + 1  # the call catches up at t = 10
     on_borrowing_timer(*arming)
     assert limiter.statistics().adjustments == before + 1  # not the one due at t = 20
@@ -405,6 +406,7 @@ def test_an_adjustment_that_finishes_a_dead_waiter_runs_once() -> None:
     kept = _left_waiting_in_a_closed_loop([orphan])
     before = limiter.statistics().adjustments
     clock.time = 10.0
+    limiter.run_due()
     level = limiter.statistics().priority_levels["a"]
     assert level.current_limit > limit  # the adjustment did lend a seat ...
     assert level.executing_requests == limit  # ... and the orphan gave it back at once
@@ -424,7 +426,7 @@ async def test_a_synchronous_reconfigure_keeps_the_pending_borrowing_timer() -> 
 
     await asyncio.get_running_loop().run_in_executor(None, reconfigure_without_a_loop)
     assert len(_borrowing_timers(clock)) == armed  # no new timer, the old one kept
-    assert limiter._borrowing_timer is not None
+    assert limiter._scheduler.borrowing_timer is not None
     queued.release()
     holder.release()
 

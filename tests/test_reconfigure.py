@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-import apf_limiter.config.loader
+import apf_limiter.config._sources
 from apf_limiter import Admission, ConfigError, Limiter, Rejected, RequestDigest
-from apf_limiter.config.model import Configuration
+from apf_limiter.config._model import Configuration
 from apf_limiter.testing import FakeClock
 from tests.helpers import (
     EVERYONE_EVERYTHING,
@@ -344,7 +344,7 @@ async def test_a_reload_that_fails_unexpectedly_inside_a_release_releases_the_se
         raise RuntimeError("a bug somewhere in reconfiguration")
 
     # The limiter looks the loader up at each load.
-    monkeypatch.setattr(apf_limiter.config.loader, "load_config", broken)
+    monkeypatch.setattr(apf_limiter.config._sources, "load_config", broken)
     with caplog.at_level(logging.ERROR, logger="apf_limiter"):
         async with limiter.admit(RequestDigest(user="u")):
             path.write_text(json.dumps(single_level_config(limit=2)))
@@ -362,6 +362,7 @@ async def test_reload_sees_a_same_size_rewrite_with_the_old_timestamp(tmp_path: 
     path.write_text(changed)
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     await clock.advance(1)
+    limiter.run_due()
     assert limiter.statistics().priority_levels["test"].current_limit == 3
 
 
@@ -372,7 +373,7 @@ async def test_a_reload_check_moves_the_next_check_on(tmp_path: Path) -> None:
     await clock.advance(1.5)
     async with limiter.admit(RequestDigest(user="u")):
         pass
-    assert limiter._next_check == pytest.approx(2.5)
+    assert limiter._scheduler.next_check == pytest.approx(2.5)
 
 
 def test_reload_needs_a_file() -> None:

@@ -18,7 +18,7 @@ from apf_limiter.digest import (
     AUTHENTICATED_GROUP,
     UNAUTHENTICATED_GROUP,
     RequestDigest,
-    _fill,
+    fill_digest,
 )
 
 __all__ = ["default_identify", "route_path", "build_digest", "ScopeHeaders"]
@@ -166,9 +166,9 @@ def build_digest(
         )
         api_group, kind = resource.api_group, resource.resource
         subresource, namespace, name = resource.subresource, resource.namespace, resource.name
-    # _fill, not RequestDigest(...): this runs for every request, and the constructor's
+    # fill_digest, not RequestDigest(...): this runs for every request, and the constructor's
     # keyword arguments and checks (groups is a tuple already) cost more than the rest.
-    return _fill(
+    return fill_digest(
         RequestDigest,
         user,
         groups,

@@ -36,9 +36,10 @@ from apf_limiter.asgi.types import (
     Send,
 )
 from apf_limiter.asgi.waiting import ReplayReceive, wait_watching_disconnect
+from apf_limiter.config._sources import ConfigSource
 from apf_limiter.digest import RequestDigest
 from apf_limiter.errors import Rejected
-from apf_limiter.limiter import Admission, ConfigSource, Limiter, check_wait_limit
+from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
 __all__ = ["APFMiddleware", "DEBUG_PATH"]
 
@@ -187,7 +188,7 @@ class APFMiddleware:
                 # Cancelled (an outer timeout, the server) while waiting, or in the instant
                 # after the seats came, as the watcher winds down: leave the queue, or give
                 # the seats back, unrun (whichever applies, once).
-                admission._release_unrun()
+                admission.release(ran=False)
                 raise
             if waited.rejected is not None:
                 await self._reject(scope, waited.receive, send, waited.rejected)
@@ -195,7 +196,7 @@ class APFMiddleware:
             if waited.disconnected:
                 # Out of its queue already, or dispatched in the same instant the client left:
                 # the app never ran, so no additional latency is held either.
-                admission._release_unrun()
+                admission.release(ran=False)
                 await self._client_gone(scope, send, admission)
                 return
             receive = waited.receive
@@ -289,9 +290,7 @@ class APFMiddleware:
         return build_digest(scope, identity, resource, estimate), long_running
 
     async def _client_gone(self, scope: Scope, send: Send, admission: Admission) -> None:
-        request = admission._request
-        assert request is not None
-        headers = self._headers.headers(request.flow_schema, request.priority_level)
+        headers = self._headers.headers(admission.flow_schema, admission.priority_level)
         await send_client_gone(scope, send, headers)
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send, rejected: Rejected) -> None:
@@ -301,10 +300,7 @@ class APFMiddleware:
     def _sender(self, send: Send, admission: Admission, long_running: bool) -> Send:
         extra = None
         if self._headers_enabled:
-            # Started, so its engine request is there: read it without two property calls.
-            request = admission._request
-            assert request is not None
-            extra = self._headers.headers(request.flow_schema, request.priority_level)
+            extra = self._headers.headers(admission.flow_schema, admission.priority_level)
 
         # A plain function handing back the server's awaitable, not a coroutine: no extra
         # frame per message. So the seats go back as the application hands the server its
@@ -356,10 +352,10 @@ def _is_debug_path(path: str) -> bool:
 
 def _load_debug_app(limiter: Limiter, authorize: AuthorizeHook | None) -> ASGIApp:
     try:
-        endpoints = importlib.import_module("apf_limiter.observability.endpoints")
+        endpoints = importlib.import_module("apf_limiter.observability")
     except ImportError as exc:
         raise ImportError(
-            "APFMiddleware(debug_endpoints=True) needs apf_limiter.observability.endpoints, "
+            "APFMiddleware(debug_endpoints=True) needs apf_limiter.observability, "
             f"which could not be imported ({exc}); install a release that ships the debug "
             "endpoints or leave debug_endpoints off"
         ) from exc

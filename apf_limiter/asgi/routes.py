@@ -22,7 +22,7 @@ from typing import Any, Final
 from apf_limiter.asgi.identity import route_path
 from apf_limiter.asgi.options import ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
 from apf_limiter.asgi.types import Scope
-from apf_limiter.engine.rules import non_resource_url_matches
+from apf_limiter.engine._rules import non_resource_url_matches
 
 __all__ = ["RouteLookup", "endpoint_options"]
 

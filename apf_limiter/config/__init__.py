@@ -1,14 +1,13 @@
 """Configuration: the frozen model, loading, validation and built-in defaults."""
 
-from apf_limiter.config.defaults import (
+from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
     MANDATORY_PRIORITY_LEVELS,
     default_configuration,
     kubernetes_bootstrap_configuration,
 )
-from apf_limiter.config.dump import dump_config
-from apf_limiter.config.loader import load_config, load_config_text
-from apf_limiter.config.model import (
+from apf_limiter.config._dump import dump_config
+from apf_limiter.config._model import (
     Configuration,
     ExemptPriorityLevelConfiguration,
     FlowDistinguisherMethod,
@@ -22,6 +21,7 @@ from apf_limiter.config.model import (
     ResourcePolicyRule,
     Subject,
 )
+from apf_limiter.config._sources import load_config, load_config_text
 
 __all__ = [
     "Configuration",

@@ -8,19 +8,25 @@
   denied unless an ``authorize(scope)`` hook allows it.
 * :func:`dump_priority_levels`, :func:`dump_queues`, :func:`dump_requests` and
   :func:`dashboard_feed` — the same data as values.
+* :class:`Observer` — the interface a limiter reports each request's events to (subclass it
+  for metrics of your own).
+
+Everything here reads a limiter through :meth:`Limiter.dump` and :meth:`Limiter.statistics`
+only, never the engine's own objects.
 """
 
-from apf_limiter.observability.catalog import METRICS, MetricSpec
-from apf_limiter.observability.dashboard import dashboard_feed
-from apf_limiter.observability.dumps import Dump, dump_priority_levels, dump_queues, dump_requests
-from apf_limiter.observability.endpoints import (
+from apf_limiter.observability._catalog import METRICS, MetricSpec
+from apf_limiter.observability._dashboard import dashboard_feed
+from apf_limiter.observability._dumps import Dump, dump_priority_levels, dump_queues, dump_requests
+from apf_limiter.observability._endpoints import (
     DEBUG_PREFIX,
     DebugApp,
     MetricsApp,
     debug_app,
     metrics_app,
 )
-from apf_limiter.observability.metrics import PrometheusMetrics
+from apf_limiter.observability._metrics import PrometheusMetrics
+from apf_limiter.observer import Observer
 
 __all__ = [
     "DEBUG_PREFIX",
@@ -29,6 +35,7 @@ __all__ = [
     "Dump",
     "MetricSpec",
     "MetricsApp",
+    "Observer",
     "PrometheusMetrics",
     "dashboard_feed",
     "debug_app",

@@ -7,18 +7,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-__all__ = [
-    "ASGIApp",
-    "Authorize",
-    "Receive",
-    "Scope",
-    "Send",
-    "is_authorized",
-    "query",
-    "respond",
-    "serve_lifespan",
-]
-
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]

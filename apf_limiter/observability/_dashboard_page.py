@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["DASHBOARD_HTML", "DASHBOARD_SCRIPT", "DASHBOARD_STYLE"]
-
 DASHBOARD_STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2330;background:#f6f7f9}
 h1{font-size:1.3em;margin:0 0 .2em}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from apf_limiter import load_config
-from apf_limiter.engine.concurrency import plan_configuration
+from apf_limiter.engine._concurrency import plan_configuration
 
 BOOTSTRAP = Path(__file__).parent.parent / "data" / "kubernetes-bootstrap.yaml"
 

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from apf_limiter.config.defaults import (
+from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
     MANDATORY_PRIORITY_LEVELS,
     default_configuration,
     kubernetes_bootstrap_configuration,
 )
-from apf_limiter.config.dump import dump_flow_schema, dump_priority_level
-from apf_limiter.config.loader import load_config, load_config_text
-from apf_limiter.config.model import (
+from apf_limiter.config._dump import dump_flow_schema, dump_priority_level
+from apf_limiter.config._model import (
     Configuration,
     ExemptPriorityLevelConfiguration,
     FlowSchema,
@@ -24,6 +23,7 @@ from apf_limiter.config.model import (
     PriorityLevel,
     QueuingConfiguration,
 )
+from apf_limiter.config._sources import load_config, load_config_text
 from apf_limiter.errors import ConfigError
 
 BOOTSTRAP_YAML = Path(__file__).parent.parent / "data" / "kubernetes-bootstrap.yaml"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from apf_limiter.config.loader import load_config
-from apf_limiter.config.names import dns1123_label_errors, dns1123_subdomain_errors
-from apf_limiter.config.problems import Problems, go_value
-from apf_limiter.config.validate_schemas import non_resource_url_error
-from apf_limiter.config.validation import required_entropy_bits
+from apf_limiter.config._names import dns1123_label_errors, dns1123_subdomain_errors
+from apf_limiter.config._problems import Problems, go_value
+from apf_limiter.config._rules import non_resource_url_error
+from apf_limiter.config._sources import load_config
+from apf_limiter.engine._shuffle_sharding import required_entropy_bits
 from apf_limiter.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from apf_limiter import Limiter, RequestDigest
-from apf_limiter.config.loader import load_config, load_config_text
+from apf_limiter.config._sources import load_config, load_config_text
 from apf_limiter.errors import ConfigError
 from apf_limiter.testing import FakeClock
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from apf_limiter.config.loader import load_config
+from apf_limiter.config._sources import load_config
 from apf_limiter.errors import ConfigError
 
 INVALID = Path(__file__).parent.parent / "data" / "invalid"

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from apf_limiter.config.defaults import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS
-from apf_limiter.config.dump import dump_flow_schema
-from apf_limiter.config.loader import load_config, load_config_text
-from apf_limiter.config.model import (
+from apf_limiter.config._defaults import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS
+from apf_limiter.config._dump import dump_flow_schema
+from apf_limiter.config._model import (
     Configuration,
     FlowDistinguisherMethod,
     FlowSchema,
@@ -25,6 +24,7 @@ from apf_limiter.config.model import (
     QueuingConfiguration,
     Subject,
 )
+from apf_limiter.config._sources import load_config, load_config_text
 from apf_limiter.errors import ConfigError
 
 EXEMPT_LEVEL, CATCH_ALL_LEVEL = MANDATORY_PRIORITY_LEVELS

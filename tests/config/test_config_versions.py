@@ -6,15 +6,14 @@ from collections.abc import Mapping
 
 import pytest
 
-from apf_limiter.config.defaults import (
+from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
     MANDATORY_PRIORITY_LEVELS,
     default_configuration,
     kubernetes_bootstrap_configuration,
 )
-from apf_limiter.config.dump import dump_config, dump_flow_schema, dump_priority_level
-from apf_limiter.config.loader import load_config
-from apf_limiter.config.model import (
+from apf_limiter.config._dump import dump_config, dump_flow_schema, dump_priority_level
+from apf_limiter.config._model import (
     Configuration,
     ExemptPriorityLevelConfiguration,
     FlowDistinguisherMethod,
@@ -28,6 +27,7 @@ from apf_limiter.config.model import (
     ResourcePolicyRule,
     Subject,
 )
+from apf_limiter.config._sources import load_config
 from apf_limiter.errors import ConfigError
 
 CATCH_ALL_LEVEL = MANDATORY_PRIORITY_LEVELS[1]

@@ -1,12 +1,12 @@
 """Kubernetes' mandatory and suggested priority levels (kubernetes-apf.md §6.9), built by hand.
 
-Kept independent of ``apf_limiter.config.defaults`` so the concurrency math is checked against
+Kept independent of ``apf_limiter.config._defaults`` so the concurrency math is checked against
 the reference table itself.
 """
 
 from __future__ import annotations
 
-from apf_limiter.config.model import (
+from apf_limiter.config._model import (
     ExemptPriorityLevelConfiguration,
     LimitedPriorityLevelConfiguration,
     LimitResponse,

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from apf_limiter.clock import new_waiter
-from apf_limiter.engine.queueset import QueueSet
-from apf_limiter.engine.request import Request, RequestState
+from apf_limiter.engine._queueset import QueueSet
+from apf_limiter.engine._request import Request, RequestState
 from apf_limiter.testing import FakeClock
 
 NS = 1_000_000_000

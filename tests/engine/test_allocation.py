@@ -4,12 +4,12 @@ import random
 
 import pytest
 
-from apf_limiter.engine.allocation import (
+from apf_limiter.engine._allocation import (
     AllocationError,
     AllocationItem,
     compute_concurrency_allocation,
 )
-from apf_limiter.engine.seat_seconds import go_round
+from apf_limiter.engine._seat_seconds import go_round
 
 I = AllocationItem  # noqa: E741
 

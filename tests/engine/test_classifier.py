@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apf_limiter.config import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS, load_config
-from apf_limiter.config.dump import dump_config, dump_flow_schema, dump_priority_level
-from apf_limiter.config.model import (
+from apf_limiter.config._dump import dump_config, dump_flow_schema, dump_priority_level
+from apf_limiter.config._model import (
     FlowDistinguisherMethod,
     FlowSchema,
     NonResourcePolicyRule,
@@ -23,8 +23,8 @@ from apf_limiter.config.model import (
     Subject,
 )
 from apf_limiter.digest import RequestDigest
-from apf_limiter.engine import classifier as classifier_module
-from apf_limiter.engine.classifier import Classifier, flow_hash, order_flow_schemas
+from apf_limiter.engine import _classifier as classifier_module
+from apf_limiter.engine._classifier import Classifier, flow_hash, order_flow_schemas
 from apf_limiter.limiter import Limiter
 
 EVERY_URL = NonResourcePolicyRule(verbs=("*",), non_resource_urls=("*",))

@@ -6,23 +6,23 @@ import dataclasses
 
 import pytest
 
-from apf_limiter.config.model import (
+from apf_limiter.config._model import (
     Configuration,
     LimitedPriorityLevelConfiguration,
     LimitResponse,
     PriorityLevel,
 )
-from apf_limiter.engine.concurrency import (
+from apf_limiter.engine._concurrency import (
     ConfigurationPlan,
     LevelPlan,
     borrowing_concurrency_limit,
-    go_round,
     lendable_concurrency_limit,
     max_seats,
     nominal_concurrency_limit,
     plan_configuration,
     plan_levels,
 )
+from apf_limiter.engine._seat_seconds import go_round
 from tests.engine.k8s_bootstrap_levels import (
     bootstrap_levels,
     catch_all_level,
@@ -213,7 +213,7 @@ def test_bootstrap_nominal_limit_sum(server_cl: int, nominal_sum: int) -> None:
 
 
 def test_plan_matches_config_defaults_bootstrap_configuration() -> None:
-    from apf_limiter.config.defaults import kubernetes_bootstrap_configuration
+    from apf_limiter.config._defaults import kubernetes_bootstrap_configuration
 
     config = kubernetes_bootstrap_configuration()
     assert plan_configuration(config) == plan_levels(bootstrap_levels(), 600)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from apf_limiter.engine.integrator import Integrator
+from apf_limiter.engine._integrator import Integrator
 
 
 @pytest.mark.parametrize("t0", [0.0, 1.0, 1000.0, 12345.678, 86400.25])

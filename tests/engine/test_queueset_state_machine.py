@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from apf_limiter.engine.queueset import QueueSet
-from apf_limiter.engine.request import Request, RequestState
-from apf_limiter.engine.seat_seconds import MASK
+from apf_limiter.engine._queueset import QueueSet
+from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.engine._seat_seconds import MASK
 
 TERMINAL = {
     RequestState.DONE,

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from apf_limiter.engine.queueset import QueueSet
-from apf_limiter.engine.request import Request, RequestState
-from apf_limiter.engine.seat_seconds import (
+from apf_limiter.engine._queueset import QueueSet
+from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.engine._seat_seconds import (
     ESTIMATED_SERVICE_NS,
     HIGH_R,
     MASK,

@@ -7,7 +7,7 @@ limit min(2 * retry_after, 32), applied against the second being closed.
 
 from __future__ import annotations
 
-from apf_limiter.engine.retry_after import (
+from apf_limiter.engine._retry_after import (
     MAX_RETRY_AFTER,
     DroppedRequestsSnapshot,
     DroppedRequestsTracker,

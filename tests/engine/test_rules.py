@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from apf_limiter.config.model import (
+from apf_limiter.config._model import (
     FlowSchema,
     NonResourcePolicyRule,
     PolicyRulesWithSubjects,
@@ -16,8 +16,8 @@ from apf_limiter.config.model import (
     Subject,
 )
 from apf_limiter.digest import RequestDigest
-from apf_limiter.engine.classifier import Classifier
-from apf_limiter.engine.rules import CompiledFlowSchema, non_resource_url_matches, resource_key
+from apf_limiter.engine._classifier import Classifier
+from apf_limiter.engine._rules import CompiledFlowSchema, non_resource_url_matches, resource_key
 
 GOOD_USER = Subject("User", "goodu")
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from apf_limiter.engine.seat_seconds import (
+from apf_limiter.engine._seat_seconds import (
     HIGH_R,
     MASK,
     R_DECREMENT,

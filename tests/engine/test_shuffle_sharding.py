@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apf_limiter.engine.shuffle_sharding import (
+from apf_limiter.engine._shuffle_sharding import (
     MAX_DECK_SIZE,
     MAX_HASH_BITS,
     Dealer,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from apf_limiter.engine.queueset import QueueSet
-from apf_limiter.engine.request import Request
-from apf_limiter.engine.seat_seconds import (
+from apf_limiter.engine._queueset import QueueSet
+from apf_limiter.engine._request import Request
+from apf_limiter.engine._seat_seconds import (
     ESTIMATED_SERVICE_NS,
     MASK,
     seats_times_duration,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from apf_limiter import Limiter
-from apf_limiter.observability import dump_priority_levels, dump_queues, dump_requests
+from apf_limiter.observability import Dump, dump_priority_levels, dump_queues, dump_requests
 from apf_limiter.testing import FakeClock
 from tests.observability.scenario import (
     ADMIN,
@@ -262,8 +262,6 @@ def test_client_text_cannot_change_the_shape_of_a_text_dump() -> None:
     assert "evil,\\tFAKE\\nexempt,\\texempt\\x1b[2J" in lines[1] and "/x\\ny" in lines[1]
     admission.release()
     # Line separators and bidi overrides too, and a backslash, so that no escape is faked.
-    from apf_limiter.observability.dumps import Dump
-
     rendered = Dump(("A", "B"), (("u\u2028fake\u202e", "a\\tb"),)).text()
     assert len(rendered.splitlines()) == 2
     assert "u\\u2028fake\\u202e" in rendered and "a\\\\tb" in rendered

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from apf_limiter.observability.goformat import go_duration, rfc3339_nano
-from apf_limiter.observability.tabwriter import tabwrite
+from apf_limiter.observability._goformat import go_duration, rfc3339_nano
+from apf_limiter.observability._tabwriter import tabwrite
 
 GO_TABWRITER = [
     (

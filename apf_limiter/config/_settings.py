@@ -1,0 +1,71 @@
+"""Server-wide settings: ``serverConcurrencyLimit``, ``requestWaitLimit``, ``borrowingPeriod``.
+
+Their defaults, their bounds, and their reading and checking from the one document in our
+shape that holds them (settings are addressed by their bare names). Nothing else of the
+package is imported at run time: the shell imports :data:`MAX_REQUEST_WAIT_LIMIT` from here,
+and the model its defaults.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from apf_limiter.config._fields import Reader
+    from apf_limiter.config._problems import Problems
+
+#: The settings' keys, in the order problems and messages list them.
+SETTING_KEYS: tuple[str, ...] = ("serverConcurrencyLimit", "requestWaitLimit", "borrowingPeriod")
+
+DEFAULT_SERVER_CONCURRENCY_LIMIT = 600
+DEFAULT_REQUEST_WAIT_LIMIT = 15.0
+DEFAULT_BORROWING_PERIOD = 10.0
+#: Kubernetes caps any queue wait at one minute.
+MAX_REQUEST_WAIT_LIMIT = 60.0
+#: Kubernetes adjusts every 10 s; far shorter periods only burn CPU (a subnormal one broke the
+#: schedule's arithmetic), so a millisecond is the floor.
+MIN_BORROWING_PERIOD = 0.001
+
+
+def read_settings(reader: Reader | None, problems: Problems) -> tuple[int, float, float]:
+    """Read and check the settings, defaulting each one that is absent or of the wrong type.
+
+    Args:
+        reader: Reader of the document holding the settings, or ``None`` when none does.
+        problems: Where problems are recorded.
+
+    Returns:
+        The server concurrency limit, the request wait limit and the borrowing period.
+    """
+    if reader is None:
+        return (
+            DEFAULT_SERVER_CONCURRENCY_LIMIT,
+            DEFAULT_REQUEST_WAIT_LIMIT,
+            DEFAULT_BORROWING_PERIOD,
+        )
+    # A 32-bit integer, as every other count here: far beyond any real server, and the
+    # concurrency plan's arithmetic (in floats, as Kubernetes') stays exact.
+    server_limit = reader.integer("serverConcurrencyLimit")
+    if server_limit is None:
+        server_limit = DEFAULT_SERVER_CONCURRENCY_LIMIT
+    elif server_limit <= 0:
+        problems.invalid("serverConcurrencyLimit", server_limit, "must be positive")
+    wait_limit = reader.number("requestWaitLimit")
+    if wait_limit is None:
+        wait_limit = DEFAULT_REQUEST_WAIT_LIMIT
+    elif wait_limit <= 0:
+        problems.invalid("requestWaitLimit", wait_limit, "must be positive")
+    elif wait_limit > MAX_REQUEST_WAIT_LIMIT:
+        problems.invalid(
+            "requestWaitLimit", wait_limit, f"must not be greater than {MAX_REQUEST_WAIT_LIMIT:g}"
+        )
+    period = reader.number("borrowingPeriod")
+    if period is None:
+        period = DEFAULT_BORROWING_PERIOD
+    elif period <= 0:
+        problems.invalid("borrowingPeriod", period, "must be positive")
+    elif period < MIN_BORROWING_PERIOD:
+        problems.invalid(
+            "borrowingPeriod", period, f"must be at least {MIN_BORROWING_PERIOD:g} (seconds)"
+        )
+    return server_limit, wait_limit, period

@@ -1,0 +1,169 @@
+"""Reading configuration documents from YAML or JSON text and files.
+
+YAML may hold several documents (``---``); JSON holds one. PyYAML is an optional dependency
+(the ``yaml`` extra): without it, reading YAML raises a :class:`ConfigError` saying how to
+install it. Any failure to read or parse is a :class:`ConfigError` whose problem path is the file
+name (empty for text), with the parser's line and column when it gives them. A key given twice in
+one mapping is a problem too, since the parsers would otherwise silently keep the last value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from apf_limiter.errors import ConfigError, ConfigProblem
+
+FORMATS: tuple[str, ...] = ("yaml", "json")
+_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
+_INSTALL_HINT = "reading YAML needs PyYAML: pip install 'apf_limiter[yaml]'"
+
+
+def read_documents(path: str | os.PathLike[str]) -> list[object]:
+    """Read the documents of a ``.yaml``/``.yml``/``.json`` file.
+
+    Raises:
+        ConfigError: If the file has another suffix, cannot be read, or cannot be parsed.
+    """
+    name = os.fspath(path)
+    text_format = _SUFFIXES.get(Path(name).suffix.lower())
+    if text_format is None:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    name,
+                    "unsupported file type: the name must end in .yaml, .yml or .json "
+                    "(for YAML or JSON text, use load_config_text())",
+                )
+            ]
+        )
+    try:
+        text = Path(name).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(
+            [ConfigProblem(name, f"cannot read the file: {error.strerror or error}")]
+        ) from error
+    except (UnicodeDecodeError, ValueError) as error:  # ValueError: a NUL byte in the name
+        raise ConfigError([ConfigProblem(name, f"cannot read the file: {error}")]) from error
+    return parse_documents(text, text_format, source=name)
+
+
+def parse_documents(text: str, text_format: str = "yaml", *, source: str = "") -> list[object]:
+    """Parse ``text`` into its documents.
+
+    Args:
+        text: YAML (possibly several documents) or JSON text.
+        text_format: ``"yaml"`` or ``"json"``.
+        source: The file name used as the path of problems (empty for text).
+
+    Raises:
+        ConfigError: If the text cannot be parsed, or PyYAML is missing for YAML.
+        ValueError: If ``text_format`` is not one of :data:`FORMATS`.
+    """
+    if text_format == "json":
+        return [_parse_json(text, source)]
+    if text_format == "yaml":
+        return _parse_yaml(text, source)
+    raise ValueError(f"format must be 'yaml' or 'json', not {text_format!r}")
+
+
+def _parse_json(text: str, source: str) -> object:
+    duplicates: list[str] = []
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                duplicates.append(key)
+            result[key] = value
+        return result
+
+    try:
+        document: object = json.loads(text, object_pairs_hook=pairs_hook)
+    except json.JSONDecodeError as error:
+        message = f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}"
+        raise ConfigError([ConfigProblem(source, message)]) from error
+    except (ValueError, RecursionError) as error:
+        raise ConfigError([ConfigProblem(source, f"invalid JSON: {_unparsable(error)}")]) from error
+    if duplicates:
+        raise ConfigError(
+            [ConfigProblem(source, f'invalid JSON: duplicate key "{key}"') for key in duplicates]
+        )
+    return document
+
+
+def _parse_yaml(text: str, source: str) -> list[object]:
+    try:
+        import yaml
+    except ImportError as error:
+        raise ConfigError([ConfigProblem(source, _INSTALL_HINT)]) from error
+
+    duplicates: list[str] = []
+    loader_class = _duplicate_checking_loader(yaml, duplicates.append)
+    try:
+        documents = [
+            document
+            for document in yaml.load_all(text, Loader=loader_class)
+            if document is not None
+        ]
+    except yaml.MarkedYAMLError as error:
+        raise ConfigError([ConfigProblem(source, _yaml_message(error))]) from error
+    except yaml.YAMLError as error:
+        raise ConfigError([ConfigProblem(source, f"invalid YAML: {error}")]) from error
+    except (ValueError, RecursionError) as error:
+        raise ConfigError([ConfigProblem(source, f"invalid YAML: {_unparsable(error)}")]) from error
+    except (KeyError, IndexError, AttributeError, TypeError) as error:
+        # PyYAML's constructors fail this way on explicit tags they cannot build from the
+        # value (!!bool x, !!int '', !!timestamp x): the text is invalid all the same.
+        raise ConfigError(
+            [ConfigProblem(source, f"invalid YAML: a tagged value cannot be built ({error!r})")]
+        ) from error
+    if duplicates:
+        raise ConfigError([ConfigProblem(source, message) for message in duplicates])
+    return documents
+
+
+def _unparsable(error: ValueError | RecursionError) -> str:
+    # What the parsers raise beyond their own errors: Python's limit on the digits of an
+    # integer (a ValueError) and nesting deeper than the recursion limit.
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    return str(error)
+
+
+def _yaml_message(error: Any) -> str:
+    mark = error.problem_mark or error.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    detail = error.problem or error.context or "syntax error"
+    return f"invalid YAML{where}: {detail}"
+
+
+def _duplicate_checking_loader(yaml: Any, report: Callable[[str], None]) -> Any:
+    # libyaml's parser is several times faster; the constructor stays the Python one.
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class DuplicateCheckingLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if not isinstance(node, yaml.MappingNode):
+                # A scalar or sequence tagged !!map or !!set: PyYAML's own check reports it.
+                return super().construct_mapping(node, deep=deep)
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, str | int | float | bool):
+                    continue
+                if key in seen:
+                    mark = key_node.start_mark
+                    report(
+                        f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: "
+                        f'duplicate key "{key}"'
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return DuplicateCheckingLoader

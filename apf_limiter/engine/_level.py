@@ -1,0 +1,189 @@
+"""A priority level at run time: its plan, queue set, seat cap and demand statistics.
+
+Upstream, this is the controller's ``priorityLevelState`` (``apf_controller.go``): what a
+configuration digest keeps for each level, and what a borrowing adjustment reads and sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from apf_limiter.config._model import Configuration, PriorityLevel
+from apf_limiter.engine._borrowing import SeatDemandStats
+from apf_limiter.engine._concurrency import LevelPlan
+from apf_limiter.engine._queueset import QueueSet
+from apf_limiter.engine._request import Request
+from apf_limiter.engine._seat_seconds import (
+    duration_per_seat,
+    seats_times_duration,
+    to_nanoseconds,
+)
+from apf_limiter.engine._statistics import PriorityLevelStatistics
+
+DEFAULT_MAX_SEATS: Final = 100
+"""Kubernetes' work-estimator global maximum: the seat cap of every request, and the cap of a
+level without a maxSeats of its own (exempt and Reject levels). 100 is its value on the path of
+requests without RequestInfo (the larger of the list and mutating estimators' maxima), which is
+what a hook's estimate is here."""
+
+
+class LevelState:
+    """A priority level at run time: its configuration, plan, queue set and demand statistics.
+
+    Attributes:
+        name: The level's name.
+        config: The level's configuration (the last one seen, for a quiescing level).
+        plan: The level's limits under the current configuration.
+        queue_set: Its queue set.
+        digested_max_seats: Kubernetes' maxSeats of the level: set for a queuing level at each
+            configuration, kept (stale) when it switches to ``Reject``; 0 if it never queued.
+        max_seats: The most seats one request may take: ``digested_max_seats``, capped at
+            :data:`DEFAULT_MAX_SEATS` (which also stands in for 0).
+        quiescing: Whether the level left the configuration and is draining.
+        demand: The smoothed demand statistics.
+        target: The allocation target of the last adjustment.
+    """
+
+    __slots__ = (
+        "config",
+        "plan",
+        "queue_set",
+        "digested_max_seats",
+        "max_seats",
+        "quiescing",
+        "demand",
+        "target",
+        "uses_hash",
+        "name",
+    )
+
+    def __init__(self, config: PriorityLevel, plan: LevelPlan, now: float) -> None:
+        self.name = config.name
+        self.config = config
+        self.plan = plan
+        self.quiescing = False
+        desired, queue_length_limit, hand_size = queuing_shape(plan)
+        self.queue_set = QueueSet(
+            config.name,
+            desired_num_queues=desired,
+            queue_length_limit=queue_length_limit,
+            hand_size=hand_size,
+            concurrency_limit=plan.initial_limit,
+            now=now,
+        )
+        self.digested_max_seats = 0
+        self.set_max_seats(plan.max_seats)  # sets max_seats
+        self.uses_hash = desired > 1
+        self.demand = SeatDemandStats()
+        self.target = 0.0
+
+    def reconfigure(self, config: PriorityLevel, plan: LevelPlan, now: float) -> Sequence[Request]:
+        """Take a new configuration and plan, keeping the current limit (borrowing sets it).
+
+        Returns:
+            The requests dispatched by the change of queuing.
+        """
+        self.config = config
+        self.plan = plan
+        self.set_max_seats(plan.max_seats)
+        desired, queue_length_limit, hand_size = queuing_shape(plan)
+        self.uses_hash = desired > 1
+        return self.queue_set.configure(
+            desired_num_queues=desired,
+            queue_length_limit=queue_length_limit,
+            hand_size=hand_size,
+            concurrency_limit=self.queue_set.concurrency_limit,
+            now=now,
+        )
+
+    def set_max_seats(self, max_seats: int) -> None:
+        """Take a configuration's maxSeats (0 for a level that does not queue)."""
+        # Kubernetes sets maxSeats for queuing levels only and never clears it, so a level
+        # switched from Queue to Reject keeps its old value until it is removed.
+        if max_seats > 0:
+            self.digested_max_seats = max_seats
+        seats = self.digested_max_seats
+        self.max_seats = seats if 0 < seats <= DEFAULT_MAX_SEATS else DEFAULT_MAX_SEATS
+
+    @property
+    def is_drained(self) -> bool:
+        """Whether the level's queue set is idle: nothing waits and nothing executes.
+
+        Requests holding their final seats for an additional latency do not count, as in
+        Kubernetes: a removed level is dropped once idle, and they release into it later.
+        """
+        return self.queue_set.is_idle
+
+    def statistics(self) -> PriorityLevelStatistics:
+        """Return a frozen snapshot of the level."""
+        plan = self.plan
+        qs = self.queue_set
+        timed_out = qs.timed_out
+        demand = self.demand
+        return PriorityLevelStatistics(
+            name=self.name,
+            type=plan.type,
+            limit_response=plan.limit_response,
+            quiescing=self.quiescing,
+            nominal_limit=plan.nominal_limit,
+            lendable_limit=plan.lendable_limit,
+            borrowing_limit=plan.borrowing_limit,
+            lower_limit=plan.lower_limit,
+            upper_limit=plan.upper_limit,
+            current_limit=qs.concurrency_limit,
+            target_limit=self.target,
+            max_seats=self.digested_max_seats,
+            queues=len(qs.queues),
+            executing_requests=qs.requests_executing,
+            executing_seats=qs.seats_in_use,
+            waiting_requests=qs.requests_waiting,
+            waiting_seats=qs.seats_waiting,
+            dispatched=qs.dispatched,
+            rejected={
+                "queue-full": qs.rejected_queue_full,
+                "concurrency-limit": qs.rejected_concurrency_limit,
+                "time-out": timed_out,
+            },
+            timed_out=timed_out,
+            cancelled=qs.cancelled,
+            demand_high_watermark=demand.high_watermark,
+            demand_average=demand.average,
+            demand_stdev=demand.stdev,
+            demand_smoothed=demand.smoothed,
+        )
+
+
+def check_level_references(config: Configuration) -> None:
+    """Refuse a configuration whose flow schemas name a level it lacks.
+
+    Raises:
+        ValueError: If so (possible only for a hand-built :class:`Configuration`:
+            ``load_config`` validates this).
+    """
+    level_names = {pl.name for pl in config.priority_levels}
+    for schema in config.flow_schemas:
+        if schema.priority_level not in level_names:
+            raise ValueError(
+                f"flow schema {schema.name!r} refers to priority level "
+                f"{schema.priority_level!r}, which the configuration lacks (build "
+                "configurations with load_config, which validates them)"
+            )
+
+
+def queuing_shape(plan: LevelPlan) -> tuple[int, int, int]:
+    if plan.type == "Exempt":
+        return -1, 0, 0
+    if plan.limit_response == "Queue":
+        return plan.queues, plan.queue_length_limit, plan.hand_size
+    return 0, 0, 0
+
+
+def narrowed_latency(final_seats: int, latency: float, max_seats: int) -> float:
+    """The additional latency of final seats clamped to ``max_seats``, keeping their work.
+
+    Kubernetes' estimators clamp final seats this way: fewer seats, held longer, for the same
+    final work (and the queue set's clamp at dispatch does the same).
+    """
+    final_work = seats_times_duration(final_seats, to_nanoseconds(latency))
+    return duration_per_seat(final_work, max_seats) / 1e9

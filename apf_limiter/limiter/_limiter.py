@@ -1,0 +1,233 @@
+"""The async shell's front: :class:`Limiter`, its public API and the wiring of its parts.
+
+The shell is thin. It reads the clock, asks the engine (the controller) what to do, and acts on
+the :class:`~apf_limiter.engine._effects.Effects` it answers: it wakes the waiters of dispatched
+requests, raises :class:`Rejected`, and runs timers for wait limits, additional latencies and the
+borrowing schedule (:mod:`._scheduler`). Events and logs go through one reporter
+(:mod:`._reporter`); one request's phases are its :class:`Admission` (:mod:`._admission`).
+
+The fast path, an ``admit`` that finds free seats and its release, never yields to the event
+loop and creates no task or timer. A request that has to wait gets one waiter and one wait-limit
+timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from os import PathLike
+from typing import TYPE_CHECKING, Final
+
+from apf_limiter.clock import Clock, RealClock
+from apf_limiter.config._model import Configuration
+from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
+from apf_limiter.config._sources import ConfigSource, load_source
+from apf_limiter.digest import RequestDigest
+from apf_limiter.engine._controller import Controller
+from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.engine._statistics import LimiterStatistics
+from apf_limiter.limiter._admission import Admission
+from apf_limiter.limiter._reload import ConfigFile
+from apf_limiter.limiter._reporter import Reporter
+from apf_limiter.limiter._scheduler import Scheduler
+from apf_limiter.limiter._shell import Shell
+from apf_limiter.observer import Observer
+
+if TYPE_CHECKING:
+    from apf_limiter.engine._dump import EngineDump
+
+_EXECUTING: Final = RequestState.EXECUTING
+_WAITING: Final = RequestState.WAITING
+_TIMED_OUT: Final = RequestState.TIMED_OUT
+
+logger = logging.getLogger("apf_limiter")
+
+
+def check_wait_limit(wait_limit: float) -> None:
+    """Refuse a queue wait limit that is negative, not a number, or above Kubernetes' cap.
+
+    Raises:
+        TypeError: If ``wait_limit`` is not a number.
+        ValueError: If ``wait_limit`` is not within 0..60 seconds.
+    """
+    if isinstance(wait_limit, bool) or not isinstance(wait_limit, int | float):
+        raise TypeError(f"wait_limit must be a number of seconds, got {wait_limit!r}")
+    if not 0 <= wait_limit <= MAX_REQUEST_WAIT_LIMIT:
+        raise ValueError(
+            f"wait_limit must be between 0 and {MAX_REQUEST_WAIT_LIMIT:g} seconds (Kubernetes "
+            f"caps queue waits at one minute), got {wait_limit!r}"
+        )
+
+
+class Limiter(Shell):
+    """Kubernetes API Priority and Fairness for asyncio (and trio) code.
+
+    Args:
+        config: ``None`` for the built-in web-app configuration, or a configuration mapping,
+            a path to a YAML/JSON file, or a loaded :class:`Configuration`.
+        clock: The time source; :class:`apf_limiter.testing.FakeClock` makes every timing
+            behaviour deterministic. Defaults to the real (monotonic) clock.
+        hash_seed: Seed of the flow hash; ``None`` picks a random one, so clients cannot
+            pre-compute flows that collide with a victim's queues.
+        observer: Receives every request's events (for metrics); ``None`` costs nothing.
+
+    Raises:
+        ConfigError: If the configuration is invalid.
+        TypeError: If ``hash_seed`` is not an integer.
+    """
+
+    def __init__(
+        self,
+        config: ConfigSource | None = None,
+        *,
+        clock: Clock | None = None,
+        hash_seed: int | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self._reporter = Reporter(observer)
+        self._config = load_source(config)  # a bad first configuration raises: nothing to keep
+        self._clock: Clock = clock if clock is not None else RealClock()
+        # Read on every admission and release: the real clock's function itself, one C call
+        # instead of a method calling it.
+        self._now: Callable[[], float] = (
+            time.monotonic if type(self._clock) is RealClock else self._clock.now
+        )
+        if hash_seed is not None and (type(hash_seed) is bool or not isinstance(hash_seed, int)):
+            raise TypeError(f"hash_seed must be an integer or None, got {hash_seed!r}")
+        self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
+        now = self._clock.now()
+        self._controller = Controller(self._config, hash_seed=self._hash_seed, now=now)
+        self._scheduler = Scheduler(
+            self._clock, self._controller, self._settle, self._config.borrowing_period, now
+        )
+        self._file: ConfigFile | None = None
+        # Requests dispatched to tasks that died with their event loop, to finish (_wake).
+        self._orphans: list[Request] = []
+        self._finishing_orphans = False
+        # Bound once: every waiting request's wait-limit timer holds it, and binding it per
+        # timer would cost each waiting request another 64 bytes.
+        self._wait_limit_callback = self._on_wait_limit
+        self._reporter.applied_config(self._config)
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | PathLike[str],
+        *,
+        reload: bool = False,
+        reload_interval: float = 1.0,
+        clock: Clock | None = None,
+        hash_seed: int | None = None,
+        observer: Observer | None = None,
+    ) -> Limiter:
+        """Create a limiter from a YAML or JSON file, optionally reloading it when it changes.
+
+        With ``reload=True`` the file is checked at most every ``reload_interval`` seconds,
+        on the next call into the limiter (no background task). A changed file is applied
+        with :meth:`reconfigure`; a file that fails to load is logged with all its problems
+        and the running configuration is kept.
+
+        Raises:
+            ConfigError: If the file does not load at first.
+        """
+        limiter = cls(path, clock=clock, hash_seed=hash_seed, observer=observer)
+        limiter._file = ConfigFile(path)
+        if reload:
+            if not reload_interval > 0:
+                raise ValueError(f"reload_interval must be positive, got {reload_interval!r}")
+            limiter._file.interval = reload_interval
+            limiter._scheduler.schedule_reload(limiter._clock.now() + reload_interval)
+        return limiter
+
+    @property
+    def config(self) -> Configuration:
+        """The configuration in force."""
+        return self._config
+
+    @property
+    def observer(self) -> Observer | None:
+        """The observer receiving this limiter's events, if any."""
+        return self._reporter.observer
+
+    @property
+    def clock(self) -> Clock:
+        """The limiter's clock."""
+        return self._clock
+
+    @property
+    def hash_seed(self) -> int:
+        """The seed of the flow hash."""
+        return self._hash_seed
+
+    def admit(self, digest: RequestDigest, *, wait_limit: float | None = None) -> Admission:
+        """Admit a request: ``async with limiter.admit(digest) as admission: ...``.
+
+        Args:
+            digest: What classification needs to know of the request.
+            wait_limit: Seconds the request may wait in a queue, at most 60 (Kubernetes caps
+                every queue wait at one minute); defaults to the configuration's
+                ``requestWaitLimit``.
+
+        Returns:
+            An :class:`Admission`, to be entered with ``async with``. Entering raises
+            :class:`Rejected` (reason ``queue-full``, ``concurrency-limit`` or ``time-out``)
+            when the request may not run; cancelling the waiting task removes the request
+            from its queue.
+
+        Raises:
+            TypeError: If ``wait_limit`` is not a number.
+            ValueError: If ``wait_limit`` is negative or above 60 seconds.
+        """
+        if wait_limit is not None:
+            check_wait_limit(wait_limit)
+        return Admission(self, digest, wait_limit)
+
+    def statistics(self) -> LimiterStatistics:
+        """Return a frozen snapshot of every priority level and flow schema (a pure read)."""
+        return self._controller.statistics()
+
+    def dump(self) -> EngineDump:
+        """Return a frozen view of every level, queue and waiting or executing request.
+
+        A pure read, in the style of Kubernetes' ``QueueSet.Dump()``: the debug dumps, the
+        dashboard and the metrics read nothing else of the engine.
+        """
+        from apf_limiter.engine._dump import dump_engine
+
+        return dump_engine(self._controller)
+
+    def adjust_borrowing(self) -> None:
+        """Run one borrowing adjustment now (the periodic schedule is not moved)."""
+        now = self._clock.now()
+        self._scheduler.catch_up(now)
+        self._scheduler.adjust(now)
+
+    def run_due(self) -> None:
+        """Run the work that fell due: borrowing adjustments, and a configuration file check.
+
+        Every admission and release does this on its own, and while requests wait a timer
+        does; call it to bring :meth:`statistics` up to date after a quiet spell.
+        """
+        now = self._clock.now()
+        if now >= self._scheduler.next_check:
+            self._housekeeping(now)
+
+    def close(self) -> None:
+        """Stop the borrowing timer (requests still release normally)."""
+        self._scheduler.closed = True
+        self._scheduler.cancel_borrowing_timer()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a closed limiter still admits requests)."""
+        return self._scheduler.closed
+
+    def __repr__(self) -> str:
+        parts = [
+            f"{level.name}: {level.executing_seats}/{level.current_limit} seats, "
+            f"{level.executing_requests} executing, {level.waiting_requests} waiting"
+            for level in self._controller.statistics().priority_levels.values()
+        ]
+        return f"<Limiter {'; '.join(parts)}>"

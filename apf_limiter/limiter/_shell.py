@@ -1,0 +1,313 @@
+"""The request path of the shell: the narrow calls of :class:`Admission`, and acting on effects.
+
+:class:`~apf_limiter.limiter._limiter.Limiter` builds on :class:`Shell`: this module has what
+runs for each request (start, queue, finish, abandon, reject) and what acts on the engine's
+:class:`~apf_limiter.engine._effects.Effects` (wake the waiters, report levels and limits), the
+housekeeping that runs inside those calls when due, and the configuration file reload.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from apf_limiter.clock import Clock, Timer, new_waiter
+from apf_limiter.config._model import Configuration
+from apf_limiter.config._sources import ConfigSource, load_source
+from apf_limiter.digest import RequestDigest
+from apf_limiter.engine._controller import Controller
+from apf_limiter.engine._effects import NO_EFFECTS, Effects
+from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.errors import ConfigError, Rejected
+from apf_limiter.limiter._reload import ConfigFile
+from apf_limiter.limiter._reporter import Reporter
+from apf_limiter.limiter._scheduler import Scheduler
+
+_EXECUTING: Final = RequestState.EXECUTING
+_WAITING: Final = RequestState.WAITING
+_TIMED_OUT: Final = RequestState.TIMED_OUT
+
+logger = logging.getLogger("apf_limiter")
+
+
+class Shell:
+    """The parts of a limiter that act for requests; :class:`Limiter` wires and exposes them.
+
+    Attributes are set by :class:`Limiter`'s constructor.
+    """
+
+    _config: Configuration
+    _clock: Clock
+    _now: Callable[[], float]
+    _controller: Controller
+    _scheduler: Scheduler
+    _reporter: Reporter
+    _file: ConfigFile | None
+    _orphans: list[Request]
+    _finishing_orphans: bool
+    _wait_limit_callback: Callable[[Request], None]
+
+    def reconfigure(self, config: ConfigSource) -> None:
+        """Apply a new configuration atomically; queued and executing requests survive.
+
+        Everything is validated first: an invalid configuration raises :class:`ConfigError`
+        and changes nothing. Then levels are reconfigured (removed busy levels drain first),
+        the flow schemas re-sorted and a borrowing adjustment run.
+
+        Raises:
+            ConfigError: If the configuration is invalid.
+        """
+        try:
+            loaded = load_source(config)
+        except ConfigError as exc:
+            self._reporter.rejected_config(exc, source=config)
+            raise
+        now = self._clock.now()
+        scheduler = self._scheduler
+        scheduler.catch_up(now)
+        effects = self._controller.apply(loaded, now)
+        self._config = loaded
+        scheduler.set_period(loaded.borrowing_period, now)
+        self._wake(effects.dispatched)
+        scheduler.arm_borrowing_timer(now)
+        self._reporter.applied_config(loaded)
+        for name in effects.quiescing_levels:
+            self._reporter.quiescing(name)
+        self._report_limits(effects)
+
+    def reload(self) -> bool:
+        """Reload the configuration file now if it changed (``from_file`` limiters).
+
+        Returns:
+            Whether a new configuration was applied. A file that fails to load is logged
+            (with all its problems) and leaves the running configuration in force.
+
+        Raises:
+            RuntimeError: If the limiter was not created with :meth:`from_file`.
+        """
+        if self._file is None:
+            raise RuntimeError("reload() needs a limiter created with Limiter.from_file()")
+        if not self._file.changed():
+            return False
+        try:
+            self.reconfigure(self._file.path)
+        except ConfigError:
+            return False  # reported (logged) by reconfigure; the running config stays
+        return True
+
+    def _arrive(self, digest: RequestDigest) -> Request:
+        """Start a request: on return it executes, waits, or was rejected (nothing reported)."""
+        now = self._now()
+        scheduler = self._scheduler
+        if now >= scheduler.next_check:
+            self._housekeeping(now)
+        controller = self._controller
+        request, effects = controller.start(digest, now)
+        reporter = self._reporter
+        observer = reporter.observer
+        if observer is not None:
+            # Inline, not notify(): free unless it raises (zero-cost try), on the fast path.
+            try:
+                observer.request_arrived(
+                    request.priority_level, request.flow_schema, request.max_seats
+                )
+            except Exception:
+                reporter.failed("request_arrived")
+        if effects is not NO_EFFECTS:
+            self._wake(effects.dispatched)
+        state = request.state
+        if state is _EXECUTING:
+            if observer is not None:
+                reporter.dispatched(request, 0.0, controller.is_exempt(request))
+            return request
+        if state is not _WAITING:
+            return request  # rejected: Admission.start raises
+        if observer is not None:
+            reporter.notify(
+                "request_enqueued",
+                request.priority_level,
+                request.flow_schema,
+                request.queue_length_after_enqueue,
+            )
+        opened = controller.open_level(request, now)
+        if opened is not NO_EFFECTS:
+            self._settle(opened)
+            if request.state is _EXECUTING and observer is not None:
+                reporter.dispatched(request, 0.0, False)
+        return request
+
+    def _queue(self, request: Request, wait_limit: float | None) -> Timer | None:
+        """Set up a waiting request's waiter and wait-limit timer; return the timer.
+
+        Returns ``None`` for a request dispatched by :meth:`_arrive`'s borrowing adjustment.
+        """
+        if request.state is _EXECUTING:
+            return None
+        if wait_limit is None:
+            wait_limit = self._config.request_wait_limit
+        try:
+            request.handle = new_waiter()
+            timer = self._clock.call_later(wait_limit, self._wait_limit_callback, request)
+        except BaseException:
+            # No event loop to wait in: leave nothing behind in the queue (a request nobody
+            # waits for would take its seats once dispatched, and never give them back).
+            self._abandon(request)
+            raise
+        self._scheduler.arm_borrowing_timer(self._clock.now())
+        return timer
+
+    def _finish(self, request: Request, *, ran: bool = True) -> None:
+        now = self._now()
+        if now >= self._scheduler.next_check:
+            self._housekeeping(now)
+        reporter = self._reporter
+        observer = reporter.observer
+        if observer is not None:
+            # A request dispatched by a borrowing adjustment starts at the adjustment's due
+            # time, which can read a hair (float rounding) after the clock: never report a
+            # negative execution time.
+            executed = now - request.start_time
+            try:  # inline, as in _arrive
+                observer.request_finished(
+                    request.priority_level,
+                    request.flow_schema,
+                    executed if executed > 0.0 else 0.0,
+                )
+            except Exception:
+                reporter.failed("request_finished")
+        effects = self._controller.finish(request, now, ran)  # positional: every release
+        if request.state is RequestState.LINGERING:
+            self._scheduler.arm_release(request)
+        if effects is not NO_EFFECTS:
+            self._settle(effects)  # skipped on the fast path: nothing to wake or report
+
+    def _finish_unrun(self, request: Request) -> None:
+        """Count a dispatched request that will never run as dispatched and finished at once.
+
+        Its seats go to the next request at once: it holds no additional latency.
+        """
+        self._reporter.dispatched(request, request.start_time - request.arrival_time, False)
+        self._finish(request, ran=False)
+
+    def _abandon(self, request: Request) -> None:
+        """The waiting task was cancelled: take the request out, or hand its seats back."""
+        now = self._clock.now()
+        # Run the adjustments that fell due before reading the state: one of them may have
+        # dispatched the request, whose seats must then be handed back.
+        self._scheduler.catch_up(now)
+        state = request.state
+        if state is _WAITING:
+            self._settle(self._controller.cancel(request, now, timed_out=False))
+            if self._reporter.observer is not None:
+                self._reporter.notify(
+                    "request_cancelled",
+                    request.priority_level,
+                    request.flow_schema,
+                    now - request.arrival_time,
+                )
+        elif state is _EXECUTING:
+            # Dispatched while the cancellation was on its way.
+            self._finish_unrun(request)
+        elif state is _TIMED_OUT:
+            # Its wait limit passed just before the cancellation reached the waiting task:
+            # the time-out is what happened. Report it as the woken task would have (the
+            # observer, the log); the cancellation propagates.
+            self._rejected(request, now)
+
+    def _rejection(self, request: Request) -> Rejected:
+        """The exception for a rejection reported already (Retry-After as it is now)."""
+        return _rejection(request, self._controller.retry_after(request))
+
+    def _rejected(self, request: Request, now: float, waited: float | None = None) -> Rejected:
+        """Report a rejection (observer, log) and return its exception.
+
+        ``waited`` is the time the request spent waiting, when it ended before ``now``.
+        """
+        waited = now - request.arrival_time if waited is None else waited
+        self._reporter.rejected(request, waited, self._controller.is_exempt(request))
+        return _rejection(request, request.retry_after)
+
+    # ----------------------------------------------------------------------------------------
+    # acting on the engine's effects
+
+    def _on_wait_limit(self, request: Request) -> None:
+        if request.state is not _WAITING:
+            return
+        now = self._clock.now()
+        # The adjustments that fell due come first, and one of them may dispatch this very
+        # request (its level's limit went up): then it has not timed out.
+        self._scheduler.catch_up(now)
+        if request.state is not _WAITING:
+            return
+        self._settle(self._controller.cancel(request, now, timed_out=True))
+        request.handle.set()
+
+    def _settle(self, effects: Effects) -> None:
+        """Act on what an engine call changed: wake, then report levels and limits."""
+        if effects.dispatched:
+            self._wake(effects.dispatched)
+        if effects.removed_levels:
+            self._reporter.removed_levels(effects.removed_levels)
+        self._report_limits(effects)
+
+    def _report_limits(self, effects: Effects) -> None:
+        if effects.limit_changes:
+            controller = self._controller
+            self._reporter.borrowing(
+                effects.limit_changes, controller.fair_fraction, controller.borrowing_regime
+            )
+
+    def _wake(self, dispatched: Sequence[Request]) -> None:
+        """Wake the tasks waiting for the requests just dispatched."""
+        orphans: list[Request] | None = None
+        for request in dispatched:
+            waiter = request.handle
+            if waiter is not None and not waiter.set():
+                orphans = self._orphans
+                orphans.append(request)
+        if orphans is None or self._finishing_orphans:
+            # None, or an outer call is finishing them: one after another, so that a long
+            # line of them is a loop, not a recursion (each finish dispatches the next).
+            return
+        self._finishing_orphans = True
+        try:
+            while orphans:
+                request = orphans.pop(0)
+                # Its task is gone with a loop closed without cancelling its tasks
+                # (asyncio.run cancels them; a hand-run loop may not), so it would hold its
+                # seats for good. Unless the task's coroutine, closed meanwhile by the
+                # garbage collector, has given them back already.
+                if request.state is _EXECUTING:
+                    self._reporter.orphan(request)
+                    self._finish_unrun(request)
+        finally:
+            self._finishing_orphans = False
+
+    def _housekeeping(self, now: float, *, force: bool = False) -> None:
+        scheduler = self._scheduler
+        file = self._file
+        if file is not None and (now >= scheduler.next_reload or (force and file.interval)):
+            scheduler.schedule_reload(
+                now + file.interval if file.interval else scheduler.next_reload
+            )
+            try:
+                self.reload()
+            except Exception:
+                # This runs inside whichever call came due (a release, say): whatever went
+                # wrong must not stop that call, let alone leak its seats.
+                logger.exception("reloading %s failed", file.path)
+        scheduler.catch_up(now)
+        # Both kinds may have moved (a reload check always does): the fast path's one
+        # comparison must see the next one, not this one again.
+        scheduler.next_check = min(scheduler.next_adjustment, scheduler.next_reload)
+
+
+def _rejection(request: Request, retry_after: int) -> Rejected:
+    reason: Any = request.reject_reason
+    return Rejected(
+        reason,
+        priority_level=request.priority_level,
+        flow_schema=request.flow_schema,
+        retry_after=retry_after,
+    )

@@ -1,0 +1,143 @@
+"""The metric catalogue: every Kubernetes ``apiserver_flowcontrol_*`` metric we export.
+
+Names are given without the ``<namespace>_<subsystem>_`` prefix (``apf_flowcontrol_`` by
+default, ``apiserver_flowcontrol_`` in Kubernetes). ``source`` says how each one is produced:
+
+* ``event``: counted by :class:`~apf_limiter.observability.PrometheusMetrics` from the
+  limiter's observer events, exactly as each request passes;
+* ``scrape``: read from the engine's own state at scrape time (exact at that moment);
+* ``sampler``: a Kubernetes *timing ratio histogram*, approximated by sampling the ratio at
+  each scrape (or :meth:`PrometheusMetrics.sample` call), weighted by the seconds since the
+  previous sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DURATION_BUCKETS = (0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0)
+PL = ("priority_level",)
+PL_FS = ("priority_level", "flow_schema")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One exported metric.
+
+    Attributes:
+        name: The name without namespace and subsystem, e.g. ``rejected_requests_total``.
+        kind: ``counter``, ``gauge`` or ``histogram``.
+        labels: Label names, in order.
+        help: The help text.
+        source: ``event``, ``scrape`` or ``sampler`` (see the module docstring).
+        stability: The Kubernetes stability level (``BETA`` or ``ALPHA``).
+        buckets: Upper bounds of the histogram buckets (without ``+Inf``).
+    """
+
+    name: str
+    kind: Literal["counter", "gauge", "histogram"]
+    labels: tuple[str, ...]
+    help: str
+    source: Literal["event", "scrape", "sampler"]
+    stability: Literal["BETA", "ALPHA"] = "ALPHA"
+    buckets: tuple[float, ...] = ()
+
+
+#: The spec of every metric exported (see the module docstring for the sources).
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("rejected_requests_total", "counter", (*PL_FS, "reason"),
+               "Number of requests rejected by API Priority and Fairness", "event", "BETA"),
+    MetricSpec("dispatched_requests_total", "counter", PL_FS,
+               "Number of requests executed by API Priority and Fairness", "event", "BETA"),
+    MetricSpec("current_inqueue_requests", "gauge", PL_FS,
+               "Number of requests currently pending in queues", "scrape", "BETA"),
+    MetricSpec("current_inqueue_seats", "gauge", PL_FS,
+               "Number of seats currently pending in queues", "scrape"),
+    MetricSpec("current_executing_requests", "gauge", PL_FS,
+               "Number of requests executing now", "scrape", "BETA"),
+    MetricSpec("current_executing_seats", "gauge", PL_FS,
+               "Seats occupied by the requests executing now", "scrape", "BETA"),
+    MetricSpec("request_queue_length_after_enqueue", "histogram", PL_FS,
+               "Length of the queue, as seen by each request after it is enqueued", "event",
+               buckets=(0.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0)),
+    MetricSpec("request_wait_duration_seconds", "histogram", (*PL_FS, "execute"),
+               "Length of time a request spent waiting in its queue", "event", "BETA",
+               DURATION_BUCKETS),
+    MetricSpec("request_execution_seconds", "histogram", (*PL_FS, "type"),
+               "Duration of request execution", "event", buckets=DURATION_BUCKETS),
+    MetricSpec("work_estimated_seats", "histogram", PL_FS,
+               "Number of estimated seats (maximum of initial and final seats) of requests",
+               "event", buckets=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0)),
+    MetricSpec("watch_count_samples", "histogram", PL_FS,
+               "Count of watchers for mutating requests (no watch tracking: always empty)",
+               "event", buckets=(0.0, 1.0, 10.0, 100.0, 1000.0, 10000.0)),
+    MetricSpec("request_dispatch_no_accommodation_total", "counter", PL_FS,
+               "Number of times a dispatch attempt found no room for the chosen request",
+               "scrape"),
+    MetricSpec("epoch_advance_total", "counter", (*PL, "success"),
+               "Number of times the queue set's progress meter jumped backward", "scrape"),
+    MetricSpec("current_r", "gauge", PL, "R(time of last change)", "scrape"),
+    MetricSpec("dispatch_r", "gauge", PL, "R(time of last dispatch)", "scrape"),
+    MetricSpec("latest_s", "gauge", PL, "S(most recently dispatched request)", "scrape"),
+    MetricSpec("next_s_bounds", "gauge", (*PL, "bound"),
+               "min and max, over queues, of S(oldest waiting request in queue)", "scrape"),
+    MetricSpec("next_discounted_s_bounds", "gauge", (*PL, "bound"),
+               "min and max, over queues, of S(oldest waiting request in queue) - estimated "
+               "work in progress", "scrape"),
+    MetricSpec("nominal_limit_seats", "gauge", PL,
+               "Nominal number of execution seats configured for each priority level",
+               "scrape", "BETA"),
+    MetricSpec("lower_limit_seats", "gauge", PL,
+               "Configured lower bound on number of execution seats of each priority level",
+               "scrape"),
+    MetricSpec("upper_limit_seats", "gauge", PL,
+               "Configured upper bound on number of execution seats of each priority level",
+               "scrape"),
+    MetricSpec("current_limit_seats", "gauge", PL,
+               "Current derived number of execution seats available to each priority level",
+               "scrape"),
+    MetricSpec("demand_seats", "histogram", PL,
+               "Seconds spent at each ratio of (seats the level could use) / (current seat "
+               "limit, or max(1, round(server seat limit/10)) when that is 0); sampled",
+               "sampler",
+               buckets=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.7, 2.0, 2.8, 4.0, 6.0)),
+    MetricSpec("demand_seats_high_watermark", "gauge", PL,
+               "High watermark, over last adjustment period, of demand_seats", "scrape"),
+    MetricSpec("demand_seats_average", "gauge", PL,
+               "Time-weighted average, over last adjustment period, of demand_seats",
+               "scrape"),
+    MetricSpec("demand_seats_stdev", "gauge", PL,
+               "Time-weighted standard deviation, over last adjustment period, of "
+               "demand_seats", "scrape"),
+    MetricSpec("demand_seats_smoothed", "gauge", PL,
+               "Smoothed seat demands", "scrape"),
+    MetricSpec("target_seats", "gauge", PL, "Seat allocation targets", "scrape"),
+    MetricSpec("seat_fair_frac", "gauge", (),
+               "Fair fraction of server's concurrency to allocate to each priority level "
+               "that can use it", "scrape"),
+    MetricSpec("priority_level_seat_utilization", "histogram", (*PL, "phase"),
+               "Seconds spent at each utilization of seats (seats held / current seat limit, "
+               "or max(1, round(server seat limit/10)) when that is 0); sampled", "sampler",
+               buckets=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)),
+    MetricSpec("priority_level_request_utilization", "histogram", ("phase", *PL),
+               "Seconds spent at each ratio of requests waiting (to max(1, queueLengthLimit) x "
+               "max(1, queues)) or executing (to the seat limit); sampled", "sampler",
+               buckets=(0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.25, 0.5, 0.75, 1.0)),
+    MetricSpec("read_vs_write_current_requests", "histogram", ("phase", "request_kind"),
+               "Seconds spent at each ratio of read-only or mutating requests waiting (to all "
+               "queue capacity) or executing (to the nominal seats); sampled", "sampler",
+               buckets=(0.0, 0.001, 0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95,
+                        0.99, 1.0)),
+)  # fmt: skip
+
+_BY_NAME = {spec.name: spec for spec in METRICS}
+
+
+def metric(name: str) -> MetricSpec:
+    """Return the spec of the metric named ``name`` (without prefix).
+
+    Raises:
+        KeyError: If there is no such metric.
+    """
+    return _BY_NAME[name]

@@ -1,0 +1,102 @@
+"""The live dashboard: a JSON feed of every priority level and the page that renders it.
+
+The page (``DASHBOARD_HTML`` of ``_dashboard_page``) is one small dependency-free HTML document
+whose script polls the feed (the same URL with ``?format=json``) every second and redraws a
+table: per level its nominal, lower, upper and current limits, seats in use against the current
+limit, executing and waiting requests, the distribution of queue lengths, and rejections by
+reason.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from apf_limiter.engine._dump import LevelDump
+    from apf_limiter.limiter import Limiter
+
+
+def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
+    """Return the dashboard's JSON document: a snapshot of every priority level.
+
+    Levels come in configuration order (quiescing ones last). Each level carries its limits
+    (``nominal_limit``, ``lower_limit``, ``upper_limit``, ``current_limit``), seats and requests
+    executing and waiting, ``dispatched``, ``rejected`` by reason (``queue-full``,
+    ``concurrency-limit``, ``time-out``), ``cancelled``, and ``queue_lengths``: how many queues
+    hold how many waiting requests (see :func:`queue_length_buckets`).
+    """
+    stats = limiter.statistics()
+    # The queues themselves, read after the statistics (which may run due housekeeping).
+    dumps = {level.name: level for level in limiter.dump().levels}
+    levels: list[dict[str, Any]] = []
+    for name, level in stats.priority_levels.items():
+        state = dumps.get(name)
+        lengths = [len(queue.waiting) for queue in state.queues] if state is not None else []
+        levels.append(
+            {
+                "name": name,
+                "type": level.type,
+                "limit_response": level.limit_response,
+                "quiescing": level.quiescing,
+                "nominal_limit": level.nominal_limit,
+                "lendable_limit": level.lendable_limit,
+                "borrowing_limit": level.borrowing_limit,
+                "lower_limit": level.lower_limit,
+                "upper_limit": level.upper_limit,
+                "current_limit": level.current_limit,
+                "target_limit": level.target_limit,
+                "executing_requests": level.executing_requests,
+                "executing_seats": level.executing_seats,
+                "waiting_requests": level.waiting_requests,
+                "waiting_seats": level.waiting_seats,
+                "dispatched": level.dispatched,
+                "rejected": dict(level.rejected),
+                "cancelled": level.cancelled,
+                "queues": level.queues,
+                "queue_length_limit": _queue_length_limit(state) if state else 0,
+                "active_queues": sum(1 for length in lengths if length),
+                "longest_queue": max(lengths, default=0),
+                "queue_lengths": queue_length_buckets(lengths),
+                "demand_smoothed": level.demand_smoothed,
+            }
+        )
+    return {
+        "time": limiter.clock.now(),
+        "server_concurrency_limit": stats.server_concurrency_limit,
+        "nominal_limit_sum": stats.nominal_limit_sum,
+        "fair_fraction": stats.fair_fraction,
+        "borrowing_regime": stats.borrowing_regime,
+        "executing_seats": stats.executing_seats,
+        "executing_requests": stats.executing_requests,
+        "waiting_requests": stats.waiting_requests,
+        "priority_levels": levels,
+    }
+
+
+def _queue_length_limit(level: LevelDump) -> int:
+    return level.queue_length_limit if level.desired_num_queues > 0 else 0
+
+
+def queue_length_buckets(lengths: list[int]) -> list[dict[str, Any]]:
+    """Count queues by length, in buckets ``0``, ``1``, ``2-3``, ``4-7``, ... (powers of two).
+
+    Buckets run up to the one holding the longest queue; a level without queues has none.
+
+    Returns:
+        One ``{"label": str, "low": int, "high": int, "queues": int}`` per bucket.
+    """
+    if not lengths:
+        return []
+    longest = max(lengths)
+    bounds = [(0, 0), (1, 1)]
+    low = 2
+    while low <= longest:
+        bounds.append((low, 2 * low - 1))
+        low *= 2
+    counts = [0] * len(bounds)
+    for length in lengths:
+        counts[0 if length == 0 else length.bit_length()] += 1
+    return [
+        {"label": str(lo) if lo == hi else f"{lo}-{hi}", "low": lo, "high": hi, "queues": count}
+        for (lo, hi), count in zip(bounds, counts, strict=True)
+    ]
