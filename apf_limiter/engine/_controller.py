@@ -281,10 +281,14 @@ class Controller:
         Returns:
             The requests dispatched by the freed seats (and a drained level's removal).
         """
-        level = cast(LevelState, request.level)
+        # Not cast(): a function call per request in pure Python; the slot holds a LevelState.
+        level: LevelState = request.level  # type: ignore[assignment]
         dispatched = level.queue_set.finish(request, now, ran)  # positional: every release
         request.counters.executing -= 1
-        if dispatched:
+        if not dispatched:
+            if not level.quiescing:
+                return NO_EFFECTS  # the fast path
+        else:
             self._count_dispatched(dispatched)
         return self._settled(level, dispatched, now)
 
@@ -294,7 +298,7 @@ class Controller:
         Returns:
             The requests dispatched by the freed seats (and a drained level's removal).
         """
-        level = cast(LevelState, request.level)
+        level: LevelState = request.level  # type: ignore[assignment]
         dispatched = level.queue_set.release(request, now)
         if dispatched:
             self._count_dispatched(dispatched)

@@ -33,6 +33,13 @@ class Phase(Enum):
     """Released, rejected, or its wait's outcome seen and reported."""
 
 
+# Module-level aliases: a global lookup is cheaper than an enum attribute on the hot path.
+_NEW: Final = Phase.NEW
+_QUEUED: Final = Phase.QUEUED
+_ADMITTED: Final = Phase.ADMITTED
+_ENDED: Final = Phase.ENDED
+
+
 class Admission:
     """One admission of a request, used as ``async with limiter.admit(digest) as admission``.
 
@@ -62,7 +69,7 @@ class Admission:
         self._request: Request | None = None
         self._queue_wait = 0.0
         self._timer: Timer | None = None  # the wait-limit timer, while QUEUED
-        self._phase = Phase.NEW
+        self._phase = _NEW
 
     @property
     def _started(self) -> Request:
@@ -132,19 +139,19 @@ class Admission:
             Rejected: With reason ``queue-full`` or ``concurrency-limit``.
             RuntimeError: If the admission was already started.
         """
-        if self._phase is not Phase.NEW:
+        if self._phase is not _NEW:
             raise RuntimeError("an Admission can be started (entered) only once")
-        self._phase = Phase.ENDED  # until it is known to be admitted or queued
+        self._phase = _ENDED  # until it is known to be admitted or queued
         limiter = self._limiter
         self._request = request = limiter._arrive(self._digest)
         state = request.state
         if state is _EXECUTING:
-            self._phase = Phase.ADMITTED
+            self._phase = _ADMITTED
             return True
         if state is not _WAITING:
             raise limiter._rejected(request, request.arrival_time)
         self._timer = limiter._queue(request, self._wait_limit)
-        self._phase = Phase.QUEUED
+        self._phase = _QUEUED
         return False
 
     async def wait(self) -> None:
@@ -162,7 +169,7 @@ class Admission:
         request = self._request
         if request is None:
             raise RuntimeError("wait() needs start() first")
-        if self._phase is not Phase.QUEUED:
+        if self._phase is not _QUEUED:
             # Not waiting (any more): admitted at start(), or already done waiting.
             if request.state is _EXECUTING:
                 return
@@ -184,9 +191,9 @@ class Admission:
 
     def _end_wait(self) -> bool:
         """Leave the QUEUED phase (stopping the wait-limit timer); whether it was QUEUED."""
-        if self._phase is not Phase.QUEUED:
+        if self._phase is not _QUEUED:
             return False
-        self._phase = Phase.ENDED
+        self._phase = _ENDED
         timer = self._timer
         self._timer = None
         if timer is not None:
@@ -212,7 +219,7 @@ class Admission:
             raise limiter._rejected(request, limiter._now())
         if state is not _EXECUTING:
             raise RuntimeError("the admission was released while it waited")
-        self._phase = Phase.ADMITTED
+        self._phase = _ADMITTED
         self._queue_wait = request.start_time - request.arrival_time
         limiter._reporter.dispatched(request, self._queue_wait, False)
 
@@ -228,11 +235,11 @@ class Admission:
             return
         phase = self._phase
         state = request.state
-        if phase is Phase.ADMITTED:
-            self._phase = Phase.ENDED
+        if phase is _ADMITTED:
+            self._phase = _ENDED
             if state is _EXECUTING:
                 self._limiter._finish(request, ran=ran)
-        elif phase is Phase.QUEUED:
+        elif phase is _QUEUED:
             self._end_wait()
             limiter = self._limiter
             if state is _EXECUTING:
