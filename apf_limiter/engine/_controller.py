@@ -281,8 +281,7 @@ class Controller:
         Returns:
             The requests dispatched by the freed seats (and a drained level's removal).
         """
-        # Not cast(): a function call per request in pure Python; the slot holds a LevelState.
-        level: LevelState = request.level  # type: ignore[assignment]
+        level: LevelState = request.level  # type: ignore[assignment]  # not cast(): a call
         dispatched = level.queue_set.finish(request, now, ran)  # positional: every release
         request.counters.executing -= 1
         if not dispatched:
@@ -295,8 +294,7 @@ class Controller:
     def release(self, request: Request, now: float) -> Effects:
         """Release a lingering request's final seats.
 
-        Returns:
-            The requests dispatched by the freed seats (and a drained level's removal).
+        Returns: the requests dispatched by the freed seats (and a drained level's removal).
         """
         level: LevelState = request.level  # type: ignore[assignment]
         dispatched = level.queue_set.release(request, now)
