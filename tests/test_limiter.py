@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import apf_limiter.limiter
+import apf_limiter.limiter._limiter
 from apf_limiter import Limiter, Rejected, RequestDigest
 from apf_limiter.testing import FakeClock
 from tests.helpers import limited_level, single_level_config, subject_schema
@@ -821,7 +821,7 @@ def test_wrong_types_for_wait_limit_and_hash_seed_are_type_errors() -> None:
     limiter = Limiter(clock=FakeClock(), hash_seed=1)
     # Pure Python names the argument; the compiled build's own argument check answers first
     # ("float or None object expected"): a TypeError either way, not a confusing comparison.
-    compiled = not (apf_limiter.limiter.__file__ or "").endswith(".py")
+    compiled = not (apf_limiter.limiter._limiter.__file__ or "").endswith(".py")
     with pytest.raises(TypeError, match="float or None" if compiled else "wait_limit must be"):
         limiter.admit(RequestDigest(), wait_limit="5")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="int or None" if compiled else "hash_seed must be"):
