@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from apf_limiter.engine._statistics import LimiterStatistics, PriorityLevelStatistics
+
 if TYPE_CHECKING:
     from apf_limiter.digest import RequestDigest
     from apf_limiter.engine._controller import Controller
@@ -93,57 +95,24 @@ class QueueDump:
 
 @dataclass(frozen=True, slots=True)
 class LevelDump:
-    """One priority level: its plan, queue set, counters, demand and requests.
+    """One priority level: its statistics, the state of its queue set, and its requests.
 
     Attributes:
         name: The level's name.
-        type: ``"Exempt"`` or ``"Limited"``.
-        limit_response: ``"Queue"``, ``"Reject"``, or ``""`` for an exempt level.
-        quiescing: Whether it left the configuration and is draining.
-        nominal_concurrency_shares: Its NCS.
-        lendable_percent: Its lendable percent.
-        borrowing_limit_percent: Its borrowing limit percent (``None``: unlimited).
-        nominal_limit: NominalCL.
-        lendable_limit: LendableCL.
-        borrowing_limit: BorrowingCL.
-        lower_limit: MinCL.
-        upper_limit: MaxCL.
-        initial_limit: The limit it started with.
-        configured_max_seats: The plan's maxSeats (0 when the configuration does not queue).
-        configured_queues: The plan's number of queues (0 when it does not queue).
-        configured_hand_size: The plan's hand size (0 when it does not queue).
-        configured_queue_length_limit: The plan's queue length limit (0 when it does not
-            queue).
-        current_limit: The limit in force now, in seats.
+        statistics: Its limits, counters and demand, as :meth:`Limiter.statistics` reports.
         desired_num_queues: The queue set's ``desiredNumQueues``: -1 exempt, 0 no queuing.
-        exempt: Whether the queue set is exempt (never limits).
         queue_length_limit: The queue set's queue length limit (kept when queuing stops).
         hand_size: The queue set's hand size (kept when queuing stops).
         max_seats: The most seats one request may take now.
-        digested_max_seats: Kubernetes' maxSeats of the level (0 if it never queued).
-        dispatched: Requests dispatched since the level was created.
-        rejected_queue_full: ``queue-full`` rejections.
-        rejected_concurrency_limit: ``concurrency-limit`` rejections.
-        timed_out: Queue waits that hit their limit.
-        cancelled: Queue waits whose waiter went away.
-        requests_executing: Requests executing.
-        seats_in_use: Seats held (lingering requests included).
-        requests_waiting: Requests waiting in queues.
-        seats_waiting: Seats the waiting requests ask for.
         active_queues: Queues with a waiting or executing request.
         current_r: Virtual time R at the last change (raw units).
         dispatch_r: R at the last dispatch (raw units).
-        latest_s: S of the most recently dispatched request (raw units).
-        epoch_advances: Successful epoch advances.
-        epoch_advance_failures: Epoch advances that wrapped a virtual time below zero.
-        r_overflows: Times R wrapped around 2**64.
+        latest_s: The dispatching queue's virtual start time at the last dispatch (raw units).
+        epoch_advances: Successful epoch advances of virtual time.
+        epoch_advance_failures: Epoch advances that found a virtual time below the decrement.
+        r_overflows: Times R wrapped around (Kubernetes only logs them).
         no_accommodation: Dispatch attempts whose chosen request did not fit.
         no_accommodation_by_flow_schema: The same, by flow schema of the chosen request.
-        demand_high_watermark: Highest seat demand of the last borrowing period (rounded).
-        demand_average: Average seat demand of the last borrowing period.
-        demand_stdev: Standard deviation of the seat demand of the last borrowing period.
-        demand_smoothed: The smoothed seat demand borrowing aims for.
-        target: The allocation target of the last borrowing adjustment.
         queues: Its queues, by index.
         queueless_executing: Requests executing without a queue (exempt and ``Reject``
             levels), in order of start.
@@ -151,38 +120,11 @@ class LevelDump:
     """
 
     name: str
-    type: str
-    limit_response: str
-    quiescing: bool
-    nominal_concurrency_shares: int
-    lendable_percent: int
-    borrowing_limit_percent: int | None
-    nominal_limit: int
-    lendable_limit: int
-    borrowing_limit: int
-    lower_limit: int
-    upper_limit: int
-    initial_limit: int
-    configured_max_seats: int
-    configured_queues: int
-    configured_hand_size: int
-    configured_queue_length_limit: int
-    current_limit: int
+    statistics: PriorityLevelStatistics
     desired_num_queues: int
-    exempt: bool
     queue_length_limit: int
     hand_size: int
     max_seats: int
-    digested_max_seats: int
-    dispatched: int
-    rejected_queue_full: int
-    rejected_concurrency_limit: int
-    timed_out: int
-    cancelled: int
-    requests_executing: int
-    seats_in_use: int
-    requests_waiting: int
-    seats_waiting: int
     active_queues: int
     current_r: int
     dispatch_r: int
@@ -192,11 +134,6 @@ class LevelDump:
     r_overflows: int
     no_accommodation: int
     no_accommodation_by_flow_schema: dict[str, int]
-    demand_high_watermark: int
-    demand_average: float
-    demand_stdev: float
-    demand_smoothed: float
-    target: float
     queues: tuple[QueueDump, ...]
     queueless_executing: tuple[RequestDump, ...]
     lingering: tuple[RequestDump, ...]
@@ -204,7 +141,8 @@ class LevelDump:
     @property
     def is_idle(self) -> bool:
         """Whether no request is waiting or executing (lingering ones do not count)."""
-        return self.requests_waiting == 0 and self.requests_executing == 0
+        stats = self.statistics
+        return stats.waiting_requests == 0 and stats.executing_requests == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,21 +150,11 @@ class EngineDump:
     """The whole engine at one moment.
 
     Attributes:
-        server_concurrency_limit: ServerCL.
-        nominal_limit_sum: The nominal limits summed (what borrowing distributes).
-        fair_fraction: The fair fraction of the last borrowing adjustment.
-        borrowing_regime: The regime of the last borrowing adjustment.
-        borrowing_error: Why the last adjustment's solver failed, or ``""``.
-        adjustments: Borrowing adjustments run so far.
+        statistics: What :meth:`Limiter.statistics` reports (taken in the same instant).
         levels: Every priority level, in configuration order (quiescing ones last).
     """
 
-    server_concurrency_limit: int
-    nominal_limit_sum: int
-    fair_fraction: float
-    borrowing_regime: int
-    borrowing_error: str
-    adjustments: int
+    statistics: LimiterStatistics
     levels: tuple[LevelDump, ...]
 
 
@@ -239,56 +167,23 @@ _LINGERING: Final = "LINGERING"
 
 def dump_engine(controller: Controller) -> EngineDump:
     """Copy the state of ``controller`` into an :class:`EngineDump` (a pure read)."""
+    statistics = controller.statistics()
+    levels = statistics.priority_levels
     return EngineDump(
-        server_concurrency_limit=controller.config.server_concurrency_limit,
-        nominal_limit_sum=controller.nominal_limit_sum,
-        fair_fraction=controller.fair_fraction,
-        borrowing_regime=controller.borrowing_regime,
-        borrowing_error=controller.borrowing_error,
-        adjustments=controller.adjustments,
-        levels=tuple(_dump_level(state) for state in list(controller.levels.values())),
+        statistics,
+        tuple(_dump_level(state, levels[name]) for name, state in list(controller.levels.items())),
     )
 
 
-def _dump_level(state: LevelState) -> LevelDump:
-    plan = state.plan
+def _dump_level(state: LevelState, statistics: PriorityLevelStatistics) -> LevelDump:
     qs = state.queue_set
-    demand = state.demand
-    queues = tuple(_dump_queue(index, queue) for index, queue in enumerate(list(qs.queues)))
     return LevelDump(
         name=state.name,
-        type=plan.type,
-        limit_response=plan.limit_response,
-        quiescing=state.quiescing,
-        nominal_concurrency_shares=plan.nominal_concurrency_shares,
-        lendable_percent=plan.lendable_percent,
-        borrowing_limit_percent=plan.borrowing_limit_percent,
-        nominal_limit=plan.nominal_limit,
-        lendable_limit=plan.lendable_limit,
-        borrowing_limit=plan.borrowing_limit,
-        lower_limit=plan.lower_limit,
-        upper_limit=plan.upper_limit,
-        initial_limit=plan.initial_limit,
-        configured_max_seats=plan.max_seats,
-        configured_queues=plan.queues,
-        configured_hand_size=plan.hand_size,
-        configured_queue_length_limit=plan.queue_length_limit,
-        current_limit=qs.concurrency_limit,
+        statistics=statistics,
         desired_num_queues=qs.desired_num_queues,
-        exempt=qs.desired_num_queues < 0,
         queue_length_limit=qs.queue_length_limit,
         hand_size=qs.hand_size,
         max_seats=state.max_seats,
-        digested_max_seats=state.digested_max_seats,
-        dispatched=qs.dispatched,
-        rejected_queue_full=qs.rejected_queue_full,
-        rejected_concurrency_limit=qs.rejected_concurrency_limit,
-        timed_out=qs.timed_out,
-        cancelled=qs.cancelled,
-        requests_executing=qs.requests_executing,
-        seats_in_use=qs.seats_in_use,
-        requests_waiting=qs.requests_waiting,
-        seats_waiting=qs.seats_waiting,
         active_queues=qs.active_queues,
         current_r=qs.current_r,
         dispatch_r=qs.dispatch_r,
@@ -298,12 +193,7 @@ def _dump_level(state: LevelState) -> LevelDump:
         r_overflows=qs.r_overflows,
         no_accommodation=qs.no_accommodation,
         no_accommodation_by_flow_schema=dict(qs.no_accommodation_by_flow_schema),
-        demand_high_watermark=demand.high_watermark,
-        demand_average=demand.average,
-        demand_stdev=demand.stdev,
-        demand_smoothed=demand.smoothed,
-        target=state.target,
-        queues=queues,
+        queues=tuple(_dump_queue(index, queue) for index, queue in enumerate(list(qs.queues))),
         queueless_executing=_by_start(
             [_dump_request(request, -1, _EXECUTING) for request in list(qs.queueless_executing)]
         ),

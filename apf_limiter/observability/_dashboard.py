@@ -25,16 +25,15 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
     ``concurrency-limit``, ``time-out``), ``cancelled``, and ``queue_lengths``: how many queues
     hold how many waiting requests (see :func:`queue_length_buckets`).
     """
-    stats = limiter.statistics()
-    # The queues themselves, read after the statistics (which may run due housekeeping).
-    dumps = {level.name: level for level in limiter.dump().levels}
+    dump = limiter.dump()
+    stats = dump.statistics
     levels: list[dict[str, Any]] = []
-    for name, level in stats.priority_levels.items():
-        state = dumps.get(name)
-        lengths = [len(queue.waiting) for queue in state.queues] if state is not None else []
+    for state in dump.levels:
+        level = state.statistics
+        lengths = [len(queue.waiting) for queue in state.queues]
         levels.append(
             {
-                "name": name,
+                "name": state.name,
                 "type": level.type,
                 "limit_response": level.limit_response,
                 "quiescing": level.quiescing,
@@ -53,7 +52,7 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
                 "rejected": dict(level.rejected),
                 "cancelled": level.cancelled,
                 "queues": level.queues,
-                "queue_length_limit": _queue_length_limit(state) if state else 0,
+                "queue_length_limit": _queue_length_limit(state),
                 "active_queues": sum(1 for length in lengths if length),
                 "longest_queue": max(lengths, default=0),
                 "queue_lengths": queue_length_buckets(lengths),

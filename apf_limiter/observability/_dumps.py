@@ -150,17 +150,19 @@ def dump_priority_levels(limiter: Limiter) -> Dump:
     """One row per priority level, sorted by name (``dump_priority_levels``)."""
     rows: list[tuple[Cell, ...]] = []
     for level in sorted(limiter.dump().levels, key=_name):
-        ended_waits = level.timed_out + level.cancelled
+        stats = level.statistics
+        ended_waits = stats.timed_out + stats.cancelled
+        rejected = stats.rejected
         rows.append(
             (
                 level.name,
                 sum(1 for queue in level.queues if queue.waiting),
                 level.is_idle,
-                level.quiescing,
-                level.requests_waiting,
-                level.requests_executing,
-                level.dispatched,
-                level.rejected_queue_full + level.rejected_concurrency_limit + ended_waits,
+                stats.quiescing,
+                stats.waiting_requests,
+                stats.executing_requests,
+                stats.dispatched,
+                rejected["queue-full"] + rejected["concurrency-limit"] + ended_waits,
                 0,
                 ended_waits,
             )

@@ -254,11 +254,10 @@ class PrometheusMetrics(Observer):
             return
         from apf_limiter.observability._scrape import collect_engine
 
-        stats = limiter.statistics()
-        dump = limiter.dump()
+        dump = limiter.dump()  # the statistics come with it, taken in the same instant
         flows = count_flows(dump)
         sampler.sample(dump, flows, limiter.clock.now())
-        yield from collect_engine(self._families, dump, stats, flows, sampler, self._seen)
+        yield from collect_engine(self._families, dump, dump.statistics, flows, sampler, self._seen)
 
     def _collect_events(self) -> Iterator[Any]:
         families = self._families

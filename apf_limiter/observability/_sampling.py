@@ -151,11 +151,12 @@ class RatioSampler:
         if weight <= 0:
             return
         self.last = now
-        server_cl = dump.server_concurrency_limit
+        server_cl = dump.statistics.server_concurrency_limit
         waiting_capacity = 0
         for level in dump.levels:
             name = level.name
-            denominator = concurrency_denominator(level.current_limit, server_cl)
+            stats = level.statistics
+            denominator = concurrency_denominator(stats.current_limit, server_cl)
             queue_capacity = max(1, level.queue_length_limit) * max(1, level.desired_num_queues)
             if level.desired_num_queues > 0:
                 waiting_capacity += level.desired_num_queues * level.queue_length_limit
@@ -163,33 +164,33 @@ class RatioSampler:
                 self.demand,
                 name,
                 "demand_seats",
-                (level.seats_in_use + level.seats_waiting) / denominator,
+                (stats.executing_seats + stats.waiting_seats) / denominator,
                 weight,
             )
             _observe(
                 self.seat_utilization,
                 name,
                 "priority_level_seat_utilization",
-                level.seats_in_use / denominator,
+                stats.executing_seats / denominator,
                 weight,
             )
             _observe(
                 self.request_utilization,
                 ("waiting", name),
                 "priority_level_request_utilization",
-                level.requests_waiting / queue_capacity,
+                stats.waiting_requests / queue_capacity,
                 weight,
             )
             _observe(
                 self.request_utilization,
                 ("executing", name),
                 "priority_level_request_utilization",
-                level.requests_executing / denominator,
+                stats.executing_requests / denominator,
                 weight,
             )
         limits = {
             "waiting": max(1, waiting_capacity),
-            "executing": max(1, dump.nominal_limit_sum),
+            "executing": max(1, dump.statistics.nominal_limit_sum),
         }
         for phase, limit in limits.items():
             for kind, counts in (("readOnly", flows.read_only), ("mutating", flows.mutating)):

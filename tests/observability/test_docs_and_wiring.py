@@ -50,7 +50,7 @@ async def test_scrapes_only_read_from_any_thread() -> None:
     metrics.bind(limiter)
     holder = Holder(limiter, user("alice"))
     await clock.advance(0)
-    adjustments = limiter.dump().adjustments
+    adjustments = limiter.dump().statistics.adjustments
     await clock.advance(25)  # two borrowing adjustments fall due, not yet run (no call)
     values: list[float | None] = []
     thread = threading.Thread(
@@ -64,14 +64,14 @@ async def test_scrapes_only_read_from_any_thread() -> None:
     thread.start()
     thread.join()
     assert values == [1.0]
-    assert limiter.dump().adjustments == adjustments
+    assert limiter.dump().statistics.adjustments == adjustments
     # On the event loop's thread too: statistics() and dump() are pure reads.
     registry.get_sample_value("apf_flowcontrol_seat_fair_frac")
-    assert limiter.dump().adjustments == adjustments
+    assert limiter.dump().statistics.adjustments == adjustments
     # The limiter's next call runs the adjustments that fell due.
     holder.release.set()
     await clock.advance(0)
-    assert limiter.dump().adjustments == adjustments + 2
+    assert limiter.dump().statistics.adjustments == adjustments + 2
 
 
 async def test_events_without_bind_and_reconfiguration_of_queuing() -> None:
