@@ -128,7 +128,7 @@ class Controller:
         self.config = config
         self.nominal_limit_sum = plan.nominal_limit_sum
         self._count_dispatched(dispatched)
-        dispatched.extend(self._adjust_borrowing(now, None))
+        dispatched.extend(self._adjust_borrowing(now, None).dispatched)
         return dispatched
 
     # ----------------------------------------------------------------------------------------
@@ -140,9 +140,7 @@ class Controller:
         Returns:
             The requests dispatched because limits went up, and the limits that moved.
         """
-        limits = self._limits()
-        dispatched = self._adjust_borrowing(now, None)
-        return Effects(dispatched, limit_changes(limits, self._limits()))
+        return self._adjust_borrowing(now, None)
 
     def open_level(self, request: Request, now: float) -> Effects:
         """Give a request that just started waiting at a level whose limit is 0 its chance.
@@ -160,11 +158,9 @@ class Controller:
         level = cast(LevelState, request.level)
         if request.state is not _WAITING or level.queue_set.concurrency_limit > 0:
             return NO_EFFECTS
-        limits = self._limits()
-        dispatched = self._adjust_borrowing(now, level)
-        return Effects(dispatched, limit_changes(limits, self._limits()))
+        return self._adjust_borrowing(now, level)
 
-    def _adjust_borrowing(self, now: float, waking: LevelState | None) -> list[Request]:
+    def _adjust_borrowing(self, now: float, waking: LevelState | None) -> Effects:
         """One borrowing adjustment; ``waking``'s seat demand counts as its smoothed demand."""
         states = list(self.levels.values())
         inputs = []
@@ -192,11 +188,15 @@ class Controller:
         self.borrowing_regime = result.regime
         self.borrowing_error = result.error
         dispatched: list[Request] = []
+        changes: dict[str, tuple[int, int]] = {}
         for state, limit, target in zip(states, result.current_limits, result.targets, strict=True):
             state.target = target
+            old = state.queue_set.concurrency_limit
+            if limit != old:
+                changes[state.name] = (old, limit)
             dispatched.extend(state.queue_set.set_concurrency_limit(limit, now))
         self._count_dispatched(dispatched)
-        return dispatched
+        return Effects(dispatched, changes)
 
     # ----------------------------------------------------------------------------------------
     # requests
