@@ -141,13 +141,14 @@ class Admission:
         """
         if self._phase is not _NEW:
             raise RuntimeError("an Admission can be started (entered) only once")
-        self._phase = _ENDED  # until it is known to be admitted or queued
         limiter = self._limiter
+        # Should classification raise, nothing started: the admission stays new.
         self._request = request = limiter._arrive(self._digest)
         state = request.state
         if state is _EXECUTING:
             self._phase = _ADMITTED
             return True
+        self._phase = _ENDED  # rejected, or (should queuing fail) abandoned
         if state is not _WAITING:
             raise limiter._rejected(request, request.arrival_time)
         self._timer = limiter._queue(request, self._wait_limit)

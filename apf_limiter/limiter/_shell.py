@@ -27,6 +27,7 @@ from apf_limiter.limiter._scheduler import Scheduler
 _EXECUTING: Final = RequestState.EXECUTING
 _WAITING: Final = RequestState.WAITING
 _TIMED_OUT: Final = RequestState.TIMED_OUT
+_LINGERING: Final = RequestState.LINGERING
 
 logger = logging.getLogger("apf_limiter")
 
@@ -177,7 +178,7 @@ class Shell:
             except Exception:
                 reporter.failed("request_finished")
         effects = self._controller.finish(request, now, ran)  # positional: every release
-        if request.state is RequestState.LINGERING:
+        if request.state is _LINGERING:
             self._scheduler.arm_release(request)
         if effects is not NO_EFFECTS:
             self._settle(effects)  # skipped on the fast path: nothing to wake or report
