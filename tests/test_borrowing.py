@@ -92,9 +92,10 @@ async def test_kubernetes_test_borrowing(pl0: tuple[int, int], pl1: tuple[int, i
 
 
 def test_startup_allocation_of_the_kubernetes_bootstrap_configuration() -> None:
-    # Derived by hand (kubernetes-apf.md §3.4-3.5): with no demand yet every limited level's
-    # target and lower bound is its MinCL (sum 258) and the upper bounds are far away, so the
-    # solver gives MinCL × 602/258 to each and the exempt level takes its high watermark, 0.
+    # Derived by hand (apf_controller.go updateBorrowingLocked, conc_alloc.go): with no demand
+    # yet every limited level's target and lower bound is its MinCL (sum 258) and the upper
+    # bounds are far away, so the solver gives MinCL × 602/258 to each and the exempt level
+    # takes its high watermark, 0.
     limiter = Limiter(kubernetes_bootstrap_configuration(), clock=FakeClock())
     stats = limiter.statistics()
     assert stats.nominal_limit_sum == 602

@@ -599,3 +599,28 @@ def test_the_internals_page_names_existing_modules_and_tests() -> None:
         "hot-path table)",
         missing,
     )
+
+
+# Documents that are not part of the repository: a maintainer could not follow a citation.
+_OUTSIDE_DOCUMENTS = ("kubernetes-apf" + ".md", "design" + ".md")
+
+
+def test_nothing_cites_a_document_outside_the_repository() -> None:
+    root = PACKAGE_DIR.parent
+    files = [root / "README.md"]
+    for folder in ("apf_limiter", "tests", "benchmarks", "examples", "docs"):
+        files.extend(
+            path
+            for path in (root / folder).rglob("*")
+            if path.suffix in (".py", ".md", ".yaml", ".toml", ".html", ".js")
+        )
+    cited = [
+        f"{path.relative_to(root)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if any(name in line for name in _OUTSIDE_DOCUMENTS)
+    ]
+    assert not cited, (
+        "These lines cite a document that is not in the repository; cite docs/internals.md "
+        f"or the upstream Kubernetes source file and function instead: {cited}"
+    )

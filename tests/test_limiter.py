@@ -260,8 +260,8 @@ async def test_additional_latency_holds_final_seats_after_exit() -> None:
 
 
 async def test_an_additional_latency_without_final_seats_holds_the_initial_seats() -> None:
-    # kubernetes-apf.md §4.3: a request holds MaxSeats = max(initial, final) until its
-    # additional latency has passed, whatever its final seats.
+    # queueset.go (finishRequestLocked): a request holds MaxSeats = max(initial, final) until
+    # its additional latency has passed, whatever its final seats.
     clock = FakeClock()
     limiter = Limiter(single_level_config(limit=10), clock=clock)
     async with limiter.admit(_digest(seats=2, additional_latency=1.0)) as admission:
@@ -284,8 +284,9 @@ async def test_seats_are_clamped_to_max_seats() -> None:
 
 
 async def test_max_seats_stays_after_a_switch_to_reject() -> None:
-    # kubernetes-apf.md §7.1: maxSeats is set for queuing levels and never cleared, so a level
-    # switched from Queue to Reject keeps clamping with its old value until it is removed.
+    # apf_controller.go (finishQueueSetReconfigsLocked): maxSeats is set for queuing levels and
+    # never cleared, so a level switched from Queue to Reject keeps clamping with its old value
+    # until it is removed.
     limiter = Limiter(single_level_config(limit=100, queues=4, hand_size=4), clock=FakeClock())
     async with limiter.admit(_digest(seats=40)) as admission:
         assert admission.seats == 15

@@ -124,7 +124,7 @@ async def test_removed_busy_level_quiesces_then_disappears_and_can_return() -> N
 
 
 async def test_a_level_removed_and_configured_again_keeps_its_retry_after() -> None:
-    # kubernetes-apf.md §6.8: the dropped-requests tracker is kept per level name for good.
+    # dropped_requests_tracker.go: the dropped-requests tracker is kept per level name for good.
     clock = FakeClock(start=100.0)
     config = single_level_config(limit=1, reject=True)
     limiter = Limiter(config, clock=clock)
@@ -176,7 +176,7 @@ def _lingering_at_b(limiter: Limiter) -> Admission:
 
 
 async def test_a_level_holding_only_lingering_seats_is_idle_and_dropped() -> None:
-    # Kubernetes' idle is "nothing waiting, nothing executing" (kubernetes-apf.md §4.8, §4.12):
+    # Kubernetes' idle is "nothing waiting, nothing executing" (queueset.go, isIdleLocked):
     # final seats held for an additional latency do not keep a removed level alive.
     clock = FakeClock()
     limiter = Limiter(_BOTH, clock=clock)

@@ -46,7 +46,9 @@ _DISTINGUISHER_KINDS: Final = {
 
 
 def flow_hash(flow_schema_name: str, distinguisher: str, seed: int) -> int:
-    r"""The flow hash of design D1: seeded 64-bit xxhash of ``schema + "\0" + distinguisher``.
+    r"""The flow hash: seeded 64-bit xxhash of ``schema + "\0" + distinguisher``.
+
+    Deviation D1 (docs/internals.md): upstream's ``hashFlowID`` is unkeyed.
 
     Args:
         flow_schema_name: The matched flow schema's name.

@@ -381,7 +381,7 @@ class QueueSet(QueueSetBase):
         self._push(queue)  # a new head, or (anti-windup) a new virtual time
         dispatched = self._dispatch_as_much_as_possible()
         # No surplus-queue removal here: Kubernetes removes a queue only when a request's
-        # seats are released from it (kubernetes-apf.md §4.11).
+        # seats are released from it (queueset.go, removeQueueIfEmptyLocked).
         self._note_demand(now)
         return dispatched
 

@@ -1,4 +1,4 @@
-"""The kubectl-style bootstrap YAML gives exactly Kubernetes' worked numbers (§2)."""
+"""The kubectl-style bootstrap YAML gives exactly Kubernetes' worked numbers (apf_controller.go)."""
 
 from __future__ import annotations
 

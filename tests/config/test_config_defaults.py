@@ -196,7 +196,7 @@ def test_the_web_default_numbers_are_the_documented_ones() -> None:
 
 
 def test_the_bootstrap_set_has_kubernetes_worked_numbers() -> None:
-    # kubernetes-apf.md §2, ServerCL 600 (nominalCLSum 602).
+    # Upstream's bootstrap objects at ServerCL 600 (nominalCLSum 602; apf_controller.go).
     numbers = nominal_and_lendable(kubernetes_bootstrap_configuration())
     assert numbers == {
         "exempt": (0, 0),

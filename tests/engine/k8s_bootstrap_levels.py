@@ -1,4 +1,4 @@
-"""Kubernetes' mandatory and suggested priority levels (kubernetes-apf.md §6.9), built by hand.
+"""Kubernetes' mandatory and suggested priority levels (bootstrap/default.go), built by hand.
 
 Kept independent of ``apf_limiter.config._defaults`` so the concurrency math is checked against
 the reference table itself.
@@ -69,7 +69,7 @@ def queuing_level(
 
 
 def bootstrap_levels() -> tuple[PriorityLevel, ...]:
-    """Return the eight bootstrap levels in the order of the §6.9 table (share sum 245)."""
+    """Return the eight bootstrap levels in the order of bootstrap/default.go (share sum 245)."""
     return (
         exempt_level(),
         catch_all_level(),

@@ -138,7 +138,7 @@ def test_imagined_mandatory_schemas_go_first_and_last() -> None:
 
 
 def test_catch_all_given_in_the_configuration_matches_before_a_later_named_schema() -> None:
-    # kubernetes-apf.md §6.1 step 2: only a missing catch-all is put last.
+    # apf_controller.go (digestFlowSchemasLocked): only a missing catch-all is put last.
     late = {
         "name": "zzz",
         "priorityLevelConfiguration": {"name": "global-default"},
@@ -446,7 +446,7 @@ def test_schema_without_distinguisher_hashes_empty_distinguisher() -> None:
 
 
 def naive_rule_matches(rule: PolicyRulesWithSubjects, d: RequestDigest) -> bool:
-    """§1.2 read literally, without any of the classifier's indexing."""
+    """match.go read literally, without any of the classifier's indexing."""
 
     def listed(value: str, values: tuple[str, ...]) -> bool:
         return values == ("*",) or value in values

@@ -1,4 +1,4 @@
-"""Tests of the concurrency math against kubernetes-apf.md §2, §7.1 and §9.3/§9.6."""
+"""The concurrency math vs upstream (apf_controller.go, max_seats_test.go, borrowing_test.go)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_max_seats_formula(nominal: int, hand: int, expected: int) -> None:
     assert max_seats(nominal, hand) == expected
 
 
-# -- the §2 worked tables -------------------------------------------------------------------------
+# -- the worked tables (apf_controller.go) --------------------------------------------------------
 
 # name: (nominal, lendable, lower, upper, initial, max_seats) at ServerCL 600
 TABLE_600 = {
@@ -219,7 +219,7 @@ def test_plan_matches_config_defaults_bootstrap_configuration() -> None:
     assert plan_configuration(config) == plan_levels(bootstrap_levels(), 600)
 
 
-# -- §7.1 / max_seats_test ------------------------------------------------------------------------
+# -- maxSeats / max_seats_test.go -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -250,7 +250,7 @@ def test_max_seats_vectors(server_cl: int, hand_size: int, expected: int) -> Non
     assert plan.level("catch-all").max_seats == 0
 
 
-# -- §9.6 borrowing limits and jail levels --------------------------------------------------------
+# -- borrowing limits and jail levels (borrowing_test.go) -----------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -344,8 +344,9 @@ def test_more_queues_are_added_and_surplus_queues_removed_when_empty() -> None:
 
 
 def test_a_queue_is_removed_only_when_seats_are_released_from_it() -> None:
-    # kubernetes-apf.md §4.11: a request leaving its queue by time-out or cancellation does
-    # not remove the queue; the next release of seats removes *that request's* queue.
+    # queueset.go (removeQueueIfEmptyLocked): a request leaving its queue by time-out or
+    # cancellation does not remove the queue; the next release of seats removes *that
+    # request's* queue.
     qs = QueueSet(
         "t", desired_num_queues=2, queue_length_limit=5, hand_size=1, concurrency_limit=1, now=0.0
     )

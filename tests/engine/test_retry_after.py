@@ -1,4 +1,4 @@
-"""The dropped-requests tracker (reference §6.8), with sequences worked out by hand.
+"""The dropped-requests tracker (dropped_requests_tracker.go), with sequences worked out by hand.
 
 Notation in comments: "eval@t" is the re-evaluation done by the first drop of second t;
 "window" is the history entries u with t - u <= retry_after and u < t; "keep" is the trim

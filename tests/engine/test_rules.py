@@ -1,4 +1,4 @@
-"""Rule matching semantics (Kubernetes match.go / match_test.go TestLiterals, reference §1.2).
+"""Rule matching semantics (Kubernetes match.go / match_test.go TestLiterals).
 
 Every check goes through both the per-schema matcher (rules.py) and the Classifier's indexed
 fast path (match_index.py), which must agree.
@@ -89,7 +89,7 @@ REQ_RU = RequestDigest(
 REQ_N = RequestDigest(user="goodu", groups=GOOD_GROUPS, verb="goodverb", path="/openapi/v2")
 
 
-# --- match_test TestLiterals -------------------------------------------------------------------
+# --- match_test TestLiterals ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -175,7 +175,7 @@ def test_literals_non_resource_request_does_not_match(rule: PolicyRulesWithSubje
     assert not matches(REQ_N, rule)
 
 
-# --- non-resource URL patterns (§1.2) ----------------------------------------------------------
+# --- non-resource URL patterns (match.go) --------------------------------------------------------
 
 URL_CASES = [
     # "*" matches everything.
@@ -227,7 +227,7 @@ def test_non_resource_url_any_pattern_of_the_list() -> None:
     assert not matches(RequestDigest(user="goodu", path="/d"), rule)
 
 
-# --- subjects --------------------------------------------------------------------------------
+# --- subjects ------------------------------------------------------------------------------------
 
 
 def test_user_subject_exact_and_wildcard() -> None:
@@ -285,7 +285,7 @@ def test_service_account_subject(subject: Subject, user: str, expected: bool) ->
     assert matches(digest, url_rule(subject, verbs=("get",), urls=("/x",))) is expected
 
 
-# --- request kinds, wildcards, resources, namespaces, verbs ------------------------------------
+# --- request kinds, wildcards, resources, namespaces, verbs --------------------------------------
 
 
 def test_resource_request_ignores_non_resource_rules_and_vice_versa() -> None:

@@ -1,4 +1,4 @@
-"""Tests of the shuffle-sharding Dealer against the Kubernetes vectors (apf reference §5, §9.2)."""
+"""Tests of the shuffle-sharding Dealer against the Kubernetes vectors (shufflesharding_test.go)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_sizes_are_read_only() -> None:
         dealer.hand_size = 2  # type: ignore[misc]
 
 
-# -- §5.3 vectors and hash handling ---------------------------------------------------------------
+# -- dealer vectors and hash handling -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

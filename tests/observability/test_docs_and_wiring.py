@@ -15,7 +15,7 @@ from tests.observability.scenario import Holder, scenario_config, user
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
 
-# Every metric of kubernetes-apf.md section 8.1 (without the apiserver_flowcontrol_ prefix).
+# Every metric of upstream metrics/metrics.go (without the apiserver_flowcontrol_ prefix).
 KUBERNETES_METRICS = {
     "rejected_requests_total", "dispatched_requests_total", "current_inqueue_requests",
     "current_inqueue_seats", "current_executing_requests", "current_executing_seats",

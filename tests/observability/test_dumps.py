@@ -194,7 +194,8 @@ async def test_additional_latency_and_distinguisher_columns() -> None:
 
 async def test_no_distinguisher_at_a_level_that_does_not_hash() -> None:
     # Kubernetes computes the flow only for a Queue level with more than one queue
-    # (kubernetes-apf.md §5.2): with one queue the column is empty, as is the admission's.
+    # (apf_controller.go, computeFlowDistinguisher): with one queue the column is empty, as is
+    # the admission's.
     clock = FakeClock()
     limiter = Limiter(scenario_config(distinguisher=True, queues=1), clock=clock)
     holder = Holder(limiter, user("zoe"))
