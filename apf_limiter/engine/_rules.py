@@ -1,11 +1,11 @@
-"""Flow-schema rule matching, precompiled for the classification fast path.
+"""Flow-schema rules, precompiled for the classification fast path.
 
-The semantics are those of Kubernetes (``matchesFlowSchema`` and friends): a schema matches iff
-any of its rules matches; a rule matches iff one of its subjects matches the user AND, for a
-resource request, one of its resource rules matches (for a non-resource request, one of its
-non-resource rules). Each configured rule is turned once into a matcher built from frozensets,
-precomputed URL prefixes and wildcard flags, so matching a request allocates nothing (except the
-``resource/subresource`` key of a subresource request).
+The semantics are those of Kubernetes (``match.go``, ``matchesFlowSchema`` and friends): a schema
+matches iff any of its rules matches; a rule matches iff one of its subjects matches the user
+AND, for a resource request, one of its resource rules matches (for a non-resource request, one
+of its non-resource rules). Each configured rule is turned once into the frozensets, URL prefixes
+and wildcard flags here, which :mod:`._match_index` indexes, so that matching a request allocates
+nothing (except the ``resource/subresource`` key of a subresource request).
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ from collections.abc import Sequence
 from typing import Final
 
 from apf_limiter.config._model import (
-    FlowSchema,
     NonResourcePolicyRule,
-    PolicyRulesWithSubjects,
     ResourcePolicyRule,
     Subject,
 )
-from apf_limiter.digest import RequestDigest
 
 SERVICE_ACCOUNT_USERNAME_PREFIX: Final = "system:serviceaccount:"
 _WILDCARD: Final = "*"
@@ -74,19 +71,6 @@ def non_resource_url_matches(pattern: str, path: str) -> bool:
     return pattern in (_WILDCARD, path) or path.startswith(url_prefix(pattern))
 
 
-def resource_key(resource: str, subresource: str) -> str:
-    """The string a resource request is looked up by in ``resources``.
-
-    Args:
-        resource: The request's resource, e.g. ``pods``.
-        subresource: The request's subresource, e.g. ``status``, or ``""``.
-
-    Returns:
-        ``resource/subresource`` when there is a subresource, else ``resource``.
-    """
-    return f"{resource}/{subresource}" if subresource else resource
-
-
 class SubjectMatcher:
     """Matches a user against the ``subjects`` of one rule.
 
@@ -127,24 +111,6 @@ class SubjectMatcher:
         self.groups: frozenset[str] = frozenset(groups)
         self.service_account_prefixes: tuple[str, ...] = tuple(prefixes)
 
-    def matches(self, user: str, groups: Sequence[str]) -> bool:
-        """Whether a user (name and groups) is one of the subjects.
-
-        Args:
-            user: The user name.
-            groups: The user's groups.
-
-        Returns:
-            True if some subject matches.
-        """
-        return (
-            self.match_all
-            or user in self.users
-            or (bool(self.groups) and not self.groups.isdisjoint(groups))
-            # str.startswith(()) is False, so no emptiness check is needed.
-            or user.startswith(self.service_account_prefixes)
-        )
-
 
 class ResourceRuleMatcher:
     """A compiled ``ResourcePolicyRule``; ``None`` sets mean "every value".
@@ -181,29 +147,6 @@ class ResourceRuleMatcher:
             and self.cluster_scope
         )
 
-    def matches(self, verb: str, api_group: str, key: str, namespace: str) -> bool:
-        """Whether a resource request matches this rule.
-
-        Args:
-            verb: The request verb (lower-case, compared case-sensitively).
-            api_group: The request's API group (``""`` is the core group).
-            key: The request's :func:`resource_key`.
-            namespace: The request's namespace, ``""`` when it has none.
-
-        Returns:
-            True if the rule matches.
-        """
-        if self.verbs is not None and verb not in self.verbs:
-            return False
-        if self.resources is not None and key not in self.resources:
-            return False
-        if self.api_groups is not None and api_group not in self.api_groups:
-            return False
-        if not namespace:
-            # "*" in namespaces does not cover requests without a namespace.
-            return self.cluster_scope
-        return self.namespaces is None or namespace in self.namespaces
-
 
 class NonResourceRuleMatcher:
     """A compiled ``NonResourcePolicyRule``.
@@ -226,92 +169,3 @@ class NonResourceRuleMatcher:
             dict.fromkeys(url_prefix(p) for p in rule.non_resource_urls)
         )
         self.matches_everything: bool = self.verbs is None and self.match_all_urls
-
-    def matches(self, verb: str, path: str) -> bool:
-        """Whether a non-resource request matches this rule.
-
-        Args:
-            verb: The request verb (lower-case HTTP method, compared case-sensitively).
-            path: The request path.
-
-        Returns:
-            True if the rule matches.
-        """
-        if self.verbs is not None and verb not in self.verbs:
-            return False
-        return self.match_all_urls or path in self.urls or path.startswith(self.url_prefixes)
-
-
-class CompiledRule:
-    """A compiled ``PolicyRulesWithSubjects``.
-
-    Attributes:
-        subjects: The subject matcher.
-        resource_rules: Matchers for resource requests; ``None`` if one of them matches every
-            resource request.
-        non_resource_rules: Matchers for non-resource requests; ``None`` if one of them
-            matches every non-resource request.
-    """
-
-    __slots__ = ("non_resource_rules", "resource_rules", "subjects")
-
-    def __init__(self, rule: PolicyRulesWithSubjects) -> None:
-        self.subjects = SubjectMatcher(rule.subjects)
-        resource_rules = tuple(ResourceRuleMatcher(r) for r in rule.resource_rules)
-        non_resource_rules = tuple(NonResourceRuleMatcher(r) for r in rule.non_resource_rules)
-        self.resource_rules: tuple[ResourceRuleMatcher, ...] | None = (
-            None if any(r.matches_everything for r in resource_rules) else resource_rules
-        )
-        self.non_resource_rules: tuple[NonResourceRuleMatcher, ...] | None = (
-            None if any(r.matches_everything for r in non_resource_rules) else non_resource_rules
-        )
-
-    def matches(self, digest: RequestDigest) -> bool:
-        """Whether the request matches this rule.
-
-        Args:
-            digest: The request.
-
-        Returns:
-            True if a subject matches and a rule of the request's kind matches.
-        """
-        if not self.subjects.matches(digest.user, digest.groups):
-            return False
-        if digest.resource:
-            rules = self.resource_rules
-            if rules is None:
-                return True
-            key = resource_key(digest.resource, digest.subresource)
-            return any(
-                r.matches(digest.verb, digest.api_group, key, digest.namespace) for r in rules
-            )
-        non_resource_rules = self.non_resource_rules
-        if non_resource_rules is None:
-            return True
-        return any(r.matches(digest.verb, digest.path) for r in non_resource_rules)
-
-
-class CompiledFlowSchema:
-    """A flow schema with its rules compiled.
-
-    Attributes:
-        flow_schema: The configured schema.
-        rules: Its compiled rules, in order.
-    """
-
-    __slots__ = ("flow_schema", "rules")
-
-    def __init__(self, flow_schema: FlowSchema) -> None:
-        self.flow_schema = flow_schema
-        self.rules: tuple[CompiledRule, ...] = tuple(CompiledRule(r) for r in flow_schema.rules)
-
-    def matches(self, digest: RequestDigest) -> bool:
-        """Whether any rule of the schema matches the request (an empty rule list matches nothing).
-
-        Args:
-            digest: The request.
-
-        Returns:
-            True if the schema matches.
-        """
-        return any(rule.matches(digest) for rule in self.rules)
