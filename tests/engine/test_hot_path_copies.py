@@ -1,0 +1,231 @@
+"""Each hand-inlined copy of hot-path logic, driven side by side with the code it copies.
+
+The engine keeps a few copies for speed (docs/internals.md, "Hot-path copies"):
+
+* ``QueueSet.start_request``'s fast path (nothing waits, the request fits) short-cuts the
+  general path: enqueue on the first queue of the hand, find it, dispatch it.
+* ``QueueSet.finish`` and ``QueueSetBase._sync_time`` round ``seats × duration`` inline.
+* ``Integrator.set`` inlines ``Integrator._update``.
+
+Each test drives both copies on the same inputs and compares every piece of state, so a fix to
+one copy that misses the other fails here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apf_limiter.engine._integrator import Integrator
+from apf_limiter.engine._queueset import QueueSet
+from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.engine._seat_seconds import ESTIMATED_SERVICE_NS, MASK, seats_times_duration
+
+
+class GeneralPathQueueSet(QueueSet):
+    """A queue set whose arrivals always take the general path (no fast path)."""
+
+    def start_request(self, request: Request, now: float) -> Sequence[Request]:
+        if request.state is not RequestState.NEW:
+            raise RuntimeError(f"request already started: {request!r}")
+        self._sync_time(now)
+        request.arrival_time = now
+        request.arrival_r = self.current_r
+        if self.desired_num_queues < 1:
+            return self._start_queueless(request, now)
+        return self._start_queued(request, now)
+
+
+def _state(qs: QueueSet, requests: list[Request]) -> dict[str, Any]:
+    """Everything that decides what the queue set does next."""
+    ids = {id(request): number for number, request in enumerate(requests)}
+    scalars = {
+        name: value
+        for name, value in vars(qs).items()
+        # The finish-time heap is cleaned lazily: stale entries are not state.
+        if isinstance(value, int | float | str) and name != "_finishes"
+    }
+    queues = [
+        (
+            queue.index,
+            [ids[id(r)] for r in queue.waiting],
+            sorted(ids[id(r)] for r in queue.executing),
+            queue.next_dispatch_r,
+            queue.seats_in_use,
+            queue.initial_seats_sum,
+            queue.max_seats_sum,
+            queue.total_work_sum,
+            queue.finish,
+        )
+        for queue in qs.queues
+    ]
+    records = [
+        (
+            r.state,
+            r.queue.index if r.queue is not None else None,
+            r.start_time,
+            getattr(r, "arrival_r", None),
+            r.max_seats,
+            r.final_seats,
+            r.additional_latency_ns,
+            getattr(r, "release_at", None),
+        )
+        for r in requests
+    ]
+    return {
+        "scalars": scalars,
+        "by_finish": dict(qs._by_finish),
+        "no_accommodation": dict(qs.no_accommodation_by_flow_schema),
+        "queues": queues,
+        "requests": records,
+        "demand": vars(qs.demand) if hasattr(qs.demand, "__dict__") else _slots(qs.demand),
+    }
+
+
+def _slots(obj: object) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in type(obj).__slots__}  # type: ignore[attr-defined]
+
+
+arrivals = st.tuples(
+    st.just("arrive"),
+    st.integers(0, 7),  # flow
+    st.integers(1, 4),  # seats
+    st.integers(0, 5),  # final seats
+    st.sampled_from([0.0, 0.0, 0.004, 0.25]),  # additional latency
+)
+operations = st.lists(
+    st.one_of(
+        arrivals,
+        st.tuples(st.just("finish"), st.integers(0, 50)),
+        st.tuples(st.just("cancel"), st.integers(0, 50)),
+        st.tuples(st.just("release"), st.integers(0, 50)),
+        st.tuples(st.just("advance"), st.sampled_from([0.0, 0.0005, 0.003, 0.01, 0.3, 2.0])),
+        st.tuples(st.just("limit"), st.integers(0, 8)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations, st.integers(1, 6), st.integers(1, 3))
+def test_the_arrival_fast_path_does_what_the_general_path_does(
+    ops: list[tuple[Any, ...]], queues: int, hand_size: int
+) -> None:
+    hand_size = min(hand_size, queues)
+    shape: dict[str, Any] = {
+        "desired_num_queues": queues,
+        "queue_length_limit": 3,
+        "hand_size": hand_size,
+        "concurrency_limit": 4,
+        "now": 0.0,
+    }
+    fast, general = QueueSet("fast", **shape), GeneralPathQueueSet("fast", **shape)
+    mine: list[Request] = []
+    theirs: list[Request] = []
+    now = 0.0
+    for op in ops:
+        kind = op[0]
+        pairs = list(zip(mine, theirs, strict=True))
+        if kind == "arrive":
+            _, flow, seats, final_seats, latency = op
+            one = Request("s", "fast", str(flow), flow * 7919, seats, final_seats, latency)
+            two = Request("s", "fast", str(flow), flow * 7919, seats, final_seats, latency)
+            mine.append(one)
+            theirs.append(two)
+            got = fast.start_request(one, now)
+            want = general.start_request(two, now)
+        elif kind == "advance":
+            now += op[1]
+            continue
+        elif kind == "limit":
+            got = fast.set_concurrency_limit(op[1], now)
+            want = general.set_concurrency_limit(op[1], now)
+        else:
+            wanted = {
+                "finish": RequestState.EXECUTING,
+                "cancel": RequestState.WAITING,
+                "release": RequestState.LINGERING,
+            }[kind]
+            candidates = [(a, b) for a, b in pairs if a.state is wanted]
+            if not candidates:
+                continue
+            one, two = candidates[op[1] % len(candidates)]
+            if kind == "finish":
+                got, want = fast.finish(one, now), general.finish(two, now)
+            elif kind == "cancel":
+                got = fast.cancel(one, now, timed_out=False)
+                want = general.cancel(two, now, timed_out=False)
+            else:
+                got, want = fast.release(one, now), general.release(two, now)
+        assert [mine.index(r) for r in got] == [theirs.index(r) for r in want]
+        assert _state(fast, mine) == _state(general, theirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 10_000),
+    st.integers(0, 10**13),
+    st.booleans(),
+    st.integers(0, 8),
+    st.sampled_from([0.0, 0.003, 1.0]),
+)
+def test_finish_corrects_virtual_time_exactly_as_seats_times_duration(
+    seats: int, service_ns: int, ran: bool, final_seats: int, latency: float
+) -> None:
+    qs = QueueSet("t", desired_num_queues=1, hand_size=1, queue_length_limit=5,
+                  concurrency_limit=10_000, now=0.0)  # fmt: skip
+    request = Request("s", "t", "", 0, seats, final_seats, latency)
+    qs.start_request(request, 0.0)
+    assert request.queue is not None
+    before = request.queue.next_dispatch_r
+    now = service_ns / 1e9
+    qs.finish(request, now, ran)
+    # The queue has nothing left, so nothing else moved its virtual time.
+    service = int(now * 1e9 + 0.5)
+    correction = seats_times_duration(seats, ESTIMATED_SERVICE_NS - service)
+    if not ran:
+        correction += request.final_work
+    assert request.queue.next_dispatch_r == (before - correction) & MASK
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3_000), st.integers(1, 3_000), st.integers(1, 10**13))
+def test_sync_time_advances_virtual_time_exactly_as_seats_times_duration(
+    limit: int, seats: int, elapsed_ns: int
+) -> None:
+    qs = QueueSet("t", desired_num_queues=1, hand_size=1, queue_length_limit=5,
+                  concurrency_limit=limit, now=0.0)  # fmt: skip
+    qs.start_request(Request("s", "t", "", 0, seats), 0.0)  # one active queue from now on
+    before = qs.current_r
+    elapsed = elapsed_ns / 1e9
+    qs.sync_time(elapsed)
+    ns = int(elapsed * 1e9 + 0.5)
+    used = min(qs.queued_seats_in_use + qs.seats_waiting, limit)
+    assert qs.current_r == (before + seats_times_duration(used, ns)) & MASK
+
+
+def _update_then_take(integrator: Integrator, x: float, now: float) -> None:
+    """What ``Integrator.set`` does, through the copy it inlines (``_update``)."""
+    integrator._update(now)
+    integrator.x = x
+    integrator.min = min(integrator.min, x)
+    integrator.max = max(integrator.max, x)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 500), st.floats(0, 5_000, allow_nan=False)), max_size=40),
+    st.floats(0, 1e6, allow_nan=False),
+)
+def test_integrator_set_is_update_then_take(samples: list[tuple[int, float]], start: float) -> None:
+    inlined, reference = Integrator(start), Integrator(start)
+    now = start
+    for x, step in samples:
+        now += step
+        inlined.set(float(x), now)
+        _update_then_take(reference, float(x), now)
+        assert _slots(inlined) == _slots(reference)
+    assert inlined.reset(now + 1.0) == reference.reset(now + 1.0)
