@@ -6,17 +6,17 @@ seat borrowing between levels, and a pure-ASGI middleware.
 
 from typing import TYPE_CHECKING
 
+from apf_limiter._digest import RequestDigest
+from apf_limiter._errors import ConfigError, ConfigProblem, Rejected
 from apf_limiter._version import __version__
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._sources import load_config
-from apf_limiter.digest import RequestDigest
 from apf_limiter.engine._shuffle_sharding import Dealer
 from apf_limiter.engine._statistics import (
     FlowSchemaStatistics,
     LimiterStatistics,
     PriorityLevelStatistics,
 )
-from apf_limiter.errors import ConfigError, ConfigProblem, Rejected
 from apf_limiter.limiter import Admission, Limiter
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from apf_limiter.clock import new_waiter
+from apf_limiter._clock import new_waiter
 
 __all__ = ["FakeClock"]
 

@@ -39,10 +39,10 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from apf_limiter import Limiter
+from apf_limiter._demo.app import SemaphoreMiddleware, bearer_identity, demo_config
 from apf_limiter.asgi import APFMiddleware
-from apf_limiter.asgi.types import ASGIApp, Receive, Scope, Send
+from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 from apf_limiter.config._defaults import default_configuration
-from apf_limiter.demo.app import SemaphoreMiddleware, bearer_identity, demo_config
 
 __all__ = [
     "build_info",
@@ -63,7 +63,7 @@ BUILD_MODULES = (
     "apf_limiter.engine._queueset",
     "apf_limiter.engine._controller",
     "apf_limiter.limiter",
-    "apf_limiter.asgi.middleware",
+    "apf_limiter.asgi._middleware",
 )
 
 

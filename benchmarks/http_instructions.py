@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from apf_limiter.asgi import APFMiddleware
-from apf_limiter.asgi.types import ASGIApp, Receive, Scope, Send
+from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 from benchmarks import bench_app
 from benchmarks.bench_app import build_info
 from benchmarks.http_bench import machine

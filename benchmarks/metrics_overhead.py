@@ -25,8 +25,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from apf_limiter import Limiter, RequestDigest
+from apf_limiter._observer import Observer
 from apf_limiter.observability import PrometheusMetrics
-from apf_limiter.observer import Observer
 from benchmarks.bench_app import build_info
 from benchmarks.interleave import interleaved_rounds, run_fast_path
 from benchmarks.result_file import write_result

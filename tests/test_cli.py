@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from apf_limiter.cli import main
+from apf_limiter._cli import main
+from apf_limiter._errors import ConfigError
 from apf_limiter.config._sources import load_config
-from apf_limiter.errors import ConfigError
 
 GOOD_YAML = """\
 serverConcurrencyLimit: 100
@@ -334,8 +334,8 @@ def test_show_notes_levels_with_a_lower_limit_of_zero(capsys: pytest.CaptureFixt
 
 
 def test_plan_notes_for_reject_and_jail_levels() -> None:
+    from apf_limiter._plan_render import plan_notes
     from apf_limiter.engine._concurrency import plan_configuration
-    from apf_limiter.plan_render import plan_notes
 
     config = load_config(
         {

@@ -28,7 +28,7 @@ docs/internals.md explains the layers. The rules:
    module is over 400 lines.
 
 Private module names are compared without their leading underscores (``apf_limiter._clock`` is
-the clock as much as ``apf_limiter.clock`` was), so the rules hold whatever a module is called.
+the clock as much as ``apf_limiter._clock`` was), so the rules hold whatever a module is called.
 """
 
 from __future__ import annotations
@@ -63,13 +63,13 @@ ENGINE_FORBIDDEN_LIBRARIES = frozenset(
 
 ENGINE_FORBIDDEN_MODULES = (
     "apf_limiter.limiter",
-    "apf_limiter.clock",
-    "apf_limiter.observer",
+    "apf_limiter._clock",
+    "apf_limiter._observer",
     "apf_limiter.asgi",
     "apf_limiter.observability",
-    "apf_limiter.cli",
-    "apf_limiter.plan_render",
-    "apf_limiter.demo",
+    "apf_limiter._cli",
+    "apf_limiter._plan_render",
+    "apf_limiter._demo",
     "apf_limiter.testing",
 )
 """Package modules (and their submodules) above the engine, spelled without underscores."""

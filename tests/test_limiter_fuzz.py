@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from apf_limiter import ConfigError, Limiter, Rejected, RequestDigest
+from apf_limiter._observer import Observer
 from apf_limiter.engine._queueset import QueueSet
 from apf_limiter.engine._request import RequestState as S
 from apf_limiter.engine._seat_seconds import MASK
-from apf_limiter.observer import Observer
 from apf_limiter.testing import FakeClock
 
 POOL = ["a", "b", "c", "d"]

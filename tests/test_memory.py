@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 
-from apf_limiter.clock import RealClock
+from apf_limiter._clock import RealClock
 from benchmarks.engine_bench import memory_per_queued_request
 
 

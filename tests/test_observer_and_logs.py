@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from apf_limiter import ConfigError, Limiter, Rejected, RequestDigest
+from apf_limiter._errors import ConfigProblem, RejectReason
+from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
-from apf_limiter.errors import ConfigProblem, RejectReason
-from apf_limiter.observer import Observer
 from apf_limiter.testing import FakeClock
 from tests.helpers import single_level_config
 

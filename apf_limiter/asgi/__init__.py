@@ -13,16 +13,16 @@
 See ``docs/asgi.md`` for every option and hook.
 """
 
-from apf_limiter.asgi.identity import ScopeHeaders, build_digest, default_identify, route_path
-from apf_limiter.asgi.middleware import DEBUG_PATH, APFMiddleware
-from apf_limiter.asgi.options import (
+from apf_limiter.asgi._identity import ScopeHeaders, build_digest, default_identify, route_path
+from apf_limiter.asgi._middleware import DEBUG_PATH, APFMiddleware
+from apf_limiter.asgi._options import (
     Identity,
     ResourceAttributes,
     RouteOptions,
     WorkEstimate,
     route_options,
 )
-from apf_limiter.asgi.responses import REJECTION_DETAIL, WEBSOCKET_TRY_AGAIN_LATER
+from apf_limiter.asgi._responses import REJECTION_DETAIL, WEBSOCKET_TRY_AGAIN_LATER
 
 __all__ = [
     "APFMiddleware",

@@ -20,7 +20,7 @@ import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from apf_limiter.errors import ConfigProblem
+from apf_limiter._errors import ConfigProblem
 
 #: A mapping as a parser returns it: keys are usually, but not necessarily, strings.
 RawMapping = Mapping[Any, object]
@@ -123,7 +123,7 @@ _BOUNDED_REPR.maxstring = _BOUNDED_REPR.maxother = MAX_VALUE_CHARS
 
 
 class Problems:
-    """An ordered collection of :class:`~apf_limiter.errors.ConfigProblem`.
+    """An ordered collection of :class:`~apf_limiter._errors.ConfigProblem`.
 
     Attributes:
         items: The problems found so far, in order.

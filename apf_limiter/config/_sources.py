@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from apf_limiter._errors import ConfigError
 from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
     MANDATORY_PRIORITY_LEVELS,
@@ -51,7 +52,6 @@ from apf_limiter.config._schemas import (
 )
 from apf_limiter.config._settings import SETTING_KEYS, read_settings
 from apf_limiter.config._text import parse_documents, read_documents
-from apf_limiter.errors import ConfigError
 
 #: What :func:`load_config` accepts: the one definition of a configuration source.
 ConfigSource = (

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from apf_limiter.errors import ConfigError, ConfigProblem
+from apf_limiter._errors import ConfigError, ConfigProblem
 
 FORMATS: tuple[str, ...] = ("yaml", "json")
 _SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}

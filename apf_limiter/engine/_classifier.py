@@ -18,10 +18,10 @@ from typing import Final
 
 import xxhash
 
+from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import FlowSchema
 from apf_limiter.config._names import CATCH_ALL as CATCH_ALL_FLOW_SCHEMA
 from apf_limiter.config._names import EXEMPT as EXEMPT_FLOW_SCHEMA
-from apf_limiter.digest import RequestDigest
 from apf_limiter.engine._match_index import MatchIndex
 
 _UINT64: Final = 1 << 64

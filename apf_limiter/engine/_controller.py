@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final, cast
 
+from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import Configuration, PriorityLevel
-from apf_limiter.digest import RequestDigest
 from apf_limiter.engine._borrowing import BorrowingInput, compute_borrowing
 from apf_limiter.engine._classifier import Classifier
 from apf_limiter.engine._concurrency import plan_levels

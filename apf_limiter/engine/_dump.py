@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from apf_limiter.engine._statistics import LimiterStatistics, PriorityLevelStatistics
 
 if TYPE_CHECKING:
-    from apf_limiter.digest import RequestDigest
+    from apf_limiter._digest import RequestDigest
     from apf_limiter.engine._controller import Controller
     from apf_limiter.engine._level import LevelState
     from apf_limiter.engine._request import Queue, Request

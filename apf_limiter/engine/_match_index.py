@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Generic, TypeVar
 
+from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import FlowSchema
-from apf_limiter.digest import RequestDigest
 from apf_limiter.engine._rules import (
     SERVICE_ACCOUNT_USERNAME_PREFIX,
     NonResourceRuleMatcher,

@@ -19,8 +19,8 @@ from apf_limiter.engine._seat_seconds import (
 from apf_limiter.engine._statistics import FlowSchemaStatistics
 
 if TYPE_CHECKING:
+    from apf_limiter._digest import RequestDigest
     from apf_limiter.config._model import FlowSchema
-    from apf_limiter.digest import RequestDigest
 
 
 class RequestState(IntEnum):

@@ -7,8 +7,8 @@ from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from apf_limiter.clock import Timer
-from apf_limiter.digest import RequestDigest
+from apf_limiter._clock import Timer
+from apf_limiter._digest import RequestDigest
 from apf_limiter.engine._request import Request, RequestState
 
 if TYPE_CHECKING:

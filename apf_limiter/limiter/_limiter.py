@@ -20,11 +20,12 @@ from collections.abc import Callable
 from os import PathLike
 from typing import TYPE_CHECKING, Final
 
-from apf_limiter.clock import Clock, RealClock
+from apf_limiter._clock import Clock, RealClock
+from apf_limiter._digest import RequestDigest
+from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.config._sources import ConfigSource, load_source
-from apf_limiter.digest import RequestDigest
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._request import Request, RequestState
 from apf_limiter.engine._statistics import LimiterStatistics
@@ -33,7 +34,6 @@ from apf_limiter.limiter._reload import ConfigFile
 from apf_limiter.limiter._reporter import Reporter
 from apf_limiter.limiter._scheduler import Scheduler
 from apf_limiter.limiter._shell import Shell
-from apf_limiter.observer import Observer
 
 if TYPE_CHECKING:
     from apf_limiter.engine._dump import EngineDump

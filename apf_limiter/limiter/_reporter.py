@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from os import PathLike
 from typing import Any
 
+from apf_limiter._errors import ConfigError
+from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.engine._request import Request
-from apf_limiter.errors import ConfigError
-from apf_limiter.observer import Observer
 
 logger = logging.getLogger("apf_limiter")
 

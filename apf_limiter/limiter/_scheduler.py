@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Final
 
-from apf_limiter.clock import Clock, Timer, current_loop
+from apf_limiter._clock import Clock, Timer, current_loop
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._effects import Effects
 from apf_limiter.engine._request import Request, RequestState

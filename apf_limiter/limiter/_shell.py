@@ -12,14 +12,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from apf_limiter.clock import Clock, Timer, new_waiter
+from apf_limiter._clock import Clock, Timer, new_waiter
+from apf_limiter._digest import RequestDigest
+from apf_limiter._errors import ConfigError, Rejected
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._sources import ConfigSource, load_source
-from apf_limiter.digest import RequestDigest
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._effects import NO_EFFECTS, Effects
 from apf_limiter.engine._request import Request, RequestState
-from apf_limiter.errors import ConfigError, Rejected
 from apf_limiter.limiter._reload import ConfigFile
 from apf_limiter.limiter._reporter import Reporter
 from apf_limiter.limiter._scheduler import Scheduler

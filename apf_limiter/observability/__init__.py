@@ -15,6 +15,7 @@ Everything here reads a limiter through :meth:`Limiter.dump` and :meth:`Limiter.
 only, never the engine's own objects.
 """
 
+from apf_limiter._observer import Observer
 from apf_limiter.observability._catalog import METRICS, MetricSpec
 from apf_limiter.observability._dashboard import dashboard_feed
 from apf_limiter.observability._dumps import Dump, dump_priority_levels, dump_queues, dump_requests
@@ -26,7 +27,6 @@ from apf_limiter.observability._endpoints import (
     metrics_app,
 )
 from apf_limiter.observability._metrics import PrometheusMetrics
-from apf_limiter.observer import Observer
 
 __all__ = [
     "DEBUG_PREFIX",

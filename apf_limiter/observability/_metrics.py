@@ -22,12 +22,12 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from apf_limiter.errors import RejectReason
+from apf_limiter._errors import RejectReason
+from apf_limiter._observer import Observer
 from apf_limiter.observability._buckets import BucketCounts
 from apf_limiter.observability._catalog import metric
 from apf_limiter.observability._export import FamilyBuilder
 from apf_limiter.observability._sampling import RatioSampler, count_flows
-from apf_limiter.observer import Observer
 
 if TYPE_CHECKING:
     from apf_limiter.config import Configuration

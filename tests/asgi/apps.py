@@ -16,7 +16,7 @@ from starlette.websockets import WebSocket
 
 from apf_limiter import Limiter
 from apf_limiter.asgi import APFMiddleware, Identity, route_options
-from apf_limiter.asgi.types import Scope
+from apf_limiter.asgi._types import Scope
 from tests.helpers import EVERYONE_EVERYTHING
 
 Flavour = Literal["starlette", "fastapi"]

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from apf_limiter.asgi.types import Message, Scope
+from apf_limiter.asgi._types import Message, Scope
 
 
 class Driver:

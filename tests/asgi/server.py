@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from apf_limiter.asgi.types import ASGIApp
+from apf_limiter.asgi._types import ASGIApp
 
 
 @asynccontextmanager

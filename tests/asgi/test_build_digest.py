@@ -9,7 +9,7 @@ import pytest
 
 from apf_limiter import RequestDigest
 from apf_limiter.asgi import Identity, ResourceAttributes, WorkEstimate
-from apf_limiter.asgi.identity import build_digest
+from apf_limiter.asgi._identity import build_digest
 
 
 def _scope(**overrides: Any) -> dict[str, Any]:

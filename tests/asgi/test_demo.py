@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from apf_limiter.cli import main
-from apf_limiter.demo.report import percentile
+from apf_limiter._cli import main
+from apf_limiter._demo.report import percentile
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,8 +10,8 @@ import pytest
 
 from apf_limiter import Admission, Limiter, RequestDigest
 from apf_limiter.asgi import APFMiddleware, WorkEstimate
-from apf_limiter.asgi.types import ASGIApp, Message, Receive, Scope, Send
-from apf_limiter.asgi.waiting import MESSAGE_OVERHEAD
+from apf_limiter.asgi._types import ASGIApp, Message, Receive, Scope, Send
+from apf_limiter.asgi._waiting import MESSAGE_OVERHEAD
 from apf_limiter.testing import FakeClock
 from tests.asgi.apps import level_config
 from tests.asgi.driver import Driver, http_scope, ok_app, settle, websocket_scope

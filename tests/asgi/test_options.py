@@ -21,7 +21,7 @@ from apf_limiter.asgi import (
     route_options,
     route_path,
 )
-from apf_limiter.asgi.types import ASGIApp, Receive, Scope, Send
+from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 from apf_limiter.testing import FakeClock
 from tests.asgi.apps import level_config
 from tests.asgi.driver import Driver, http_scope, ok_app

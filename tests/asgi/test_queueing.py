@@ -17,9 +17,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from apf_limiter import Limiter
+from apf_limiter._demo.app import SemaphoreMiddleware
 from apf_limiter.asgi import APFMiddleware
-from apf_limiter.asgi.types import ASGIApp
-from apf_limiter.demo.app import SemaphoreMiddleware
+from apf_limiter.asgi._types import ASGIApp
 from tests.asgi.apps import Probe, level_config, make_app, user_from_header
 from tests.asgi.server import serve, wait_until
 

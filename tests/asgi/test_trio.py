@@ -8,7 +8,7 @@ import trio.testing
 
 from apf_limiter import Limiter, RequestDigest
 from apf_limiter.asgi import APFMiddleware
-from apf_limiter.asgi.types import Message, Receive, Scope, Send
+from apf_limiter.asgi._types import Message, Receive, Scope, Send
 from apf_limiter.testing import FakeClock
 from tests.asgi.apps import level_config
 from tests.asgi.driver import http_scope, ok_app

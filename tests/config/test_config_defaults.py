@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from apf_limiter._errors import ConfigError
 from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
     MANDATORY_PRIORITY_LEVELS,
@@ -24,7 +25,6 @@ from apf_limiter.config._model import (
     QueuingConfiguration,
 )
 from apf_limiter.config._sources import load_config, load_config_text
-from apf_limiter.errors import ConfigError
 
 BOOTSTRAP_YAML = Path(__file__).parent.parent / "data" / "kubernetes-bootstrap.yaml"
 EXEMPT_LEVEL, CATCH_ALL_LEVEL = MANDATORY_PRIORITY_LEVELS

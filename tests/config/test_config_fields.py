@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from apf_limiter._errors import ConfigError
 from apf_limiter.config._names import dns1123_label_errors, dns1123_subdomain_errors
 from apf_limiter.config._problems import Problems, go_value
 from apf_limiter.config._rules import non_resource_url_error
 from apf_limiter.config._sources import load_config
 from apf_limiter.engine._shuffle_sharding import required_entropy_bits
-from apf_limiter.errors import ConfigError
 
 
 def problems_of(source: object) -> list[str]:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from apf_limiter import Limiter, RequestDigest
+from apf_limiter._errors import ConfigError
 from apf_limiter.config._sources import load_config, load_config_text
-from apf_limiter.errors import ConfigError
 from apf_limiter.testing import FakeClock
 
 
@@ -126,7 +126,7 @@ def test_an_unknown_key_too_long_to_print_is_reported(source: Any) -> None:
 def test_the_cli_refuses_a_limit_override_beyond_32_bits(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from apf_limiter.cli import main
+    from apf_limiter._cli import main
 
     assert main(["show", "-c", str(10**400)]) == 2  # was an OverflowError traceback
     assert "32-bit" in capsys.readouterr().err

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from apf_limiter._errors import ConfigError
 from apf_limiter.config._sources import load_config
-from apf_limiter.errors import ConfigError
 
 INVALID = Path(__file__).parent.parent / "data" / "invalid"
 CORPUS = sorted(INVALID.glob("*.yaml"))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from apf_limiter._errors import ConfigError
 from apf_limiter.config._defaults import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS
 from apf_limiter.config._dump import dump_flow_schema
 from apf_limiter.config._model import (
@@ -25,7 +26,6 @@ from apf_limiter.config._model import (
     Subject,
 )
 from apf_limiter.config._sources import load_config, load_config_text
-from apf_limiter.errors import ConfigError
 
 EXEMPT_LEVEL, CATCH_ALL_LEVEL = MANDATORY_PRIORITY_LEVELS
 EXEMPT_SCHEMA, CATCH_ALL_SCHEMA = MANDATORY_FLOW_SCHEMAS

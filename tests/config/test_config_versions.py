@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from apf_limiter._errors import ConfigError
 from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
     MANDATORY_PRIORITY_LEVELS,
@@ -28,7 +29,6 @@ from apf_limiter.config._model import (
     Subject,
 )
 from apf_limiter.config._sources import load_config
-from apf_limiter.errors import ConfigError
 
 CATCH_ALL_LEVEL = MANDATORY_PRIORITY_LEVELS[1]
 EXEMPT_SCHEMA, CATCH_ALL_SCHEMA = MANDATORY_FLOW_SCHEMAS

@@ -3,8 +3,8 @@ classifier is checked against."""
 
 from __future__ import annotations
 
+from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import PolicyRulesWithSubjects, Subject
-from apf_limiter.digest import RequestDigest
 
 
 def naive_rule_matches(rule: PolicyRulesWithSubjects, d: RequestDigest) -> bool:

@@ -16,7 +16,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from apf_limiter.clock import new_waiter
+from apf_limiter._clock import new_waiter
 from apf_limiter.engine._queueset import QueueSet
 from apf_limiter.engine._request import Request, RequestState
 from apf_limiter.testing import FakeClock

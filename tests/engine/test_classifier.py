@@ -12,6 +12,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apf_limiter._digest import RequestDigest
 from apf_limiter.config import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS, load_config
 from apf_limiter.config._dump import dump_config, dump_flow_schema, dump_priority_level
 from apf_limiter.config._model import (
@@ -22,7 +23,6 @@ from apf_limiter.config._model import (
     ResourcePolicyRule,
     Subject,
 )
-from apf_limiter.digest import RequestDigest
 from apf_limiter.engine import _classifier as classifier_module
 from apf_limiter.engine._classifier import Classifier, flow_hash, order_flow_schemas
 from apf_limiter.limiter import Limiter

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import (
     FlowSchema,
     NonResourcePolicyRule,
@@ -15,7 +16,6 @@ from apf_limiter.config._model import (
     ResourcePolicyRule,
     Subject,
 )
-from apf_limiter.digest import RequestDigest
 from apf_limiter.engine._classifier import Classifier
 from apf_limiter.engine._rules import non_resource_url_matches
 from tests.engine.naive_rules import naive_rule_matches

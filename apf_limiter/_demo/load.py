@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["LoadOptions", "ClientResult", "run_load", "ELEPHANT"]
 
 ELEPHANT = "elephant"
 _ELEPHANT_RETRY_PAUSE = 0.2

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, TextIO
 from apf_limiter._version import __version__
 
 if TYPE_CHECKING:
-    from apf_limiter.errors import ConfigProblem
+    from apf_limiter._errors import ConfigProblem
 
-__all__ = ["main", "build_parser"]
 
 PROG = "apf-limiter"
 
@@ -44,8 +43,8 @@ def _problem_line(file: str, problem: ConfigProblem) -> str:
 
 
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from apf_limiter._errors import ConfigError
     from apf_limiter.config._sources import load_source
-    from apf_limiter.errors import ConfigError
 
     files: list[str] = args.files
     invalid = problems = 0
@@ -74,10 +73,10 @@ def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from apf_limiter._errors import ConfigError
+    from apf_limiter._plan_render import render_plan
     from apf_limiter.config._sources import load_source
     from apf_limiter.engine._concurrency import plan_configuration
-    from apf_limiter.errors import ConfigError
-    from apf_limiter.plan_render import render_plan
 
     file: str | None = args.file
     try:
@@ -135,7 +134,7 @@ def _add_show(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from apf_limiter.demo.command import add_arguments
+    from apf_limiter._demo.command import add_arguments
 
     parser = subparsers.add_parser(
         "demo",
@@ -149,7 +148,7 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from apf_limiter.demo.command import run
+    from apf_limiter._demo.command import run
 
     return run(args, out, err)
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from apf_limiter.demo.load import ELEPHANT, ClientResult
-
-__all__ = ["percentile", "progress_line", "render_table", "mice_p99", "verdict"]
+from apf_limiter._demo.load import ELEPHANT, ClientResult
 
 _RUN_TITLES = {"semaphore": "semaphore (today)", "apf": "APF (apf_limiter)"}
 

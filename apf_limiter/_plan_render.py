@@ -21,15 +21,6 @@ from apf_limiter.config._model import (
 from apf_limiter.engine._classifier import order_flow_schemas
 from apf_limiter.engine._concurrency import ConfigurationPlan, LevelPlan
 
-__all__ = [
-    "plan_notes",
-    "render_plan",
-    "format_table",
-    "describe_level_type",
-    "describe_distinguisher",
-    "describe_rules",
-]
-
 _NOT_APPLICABLE = "-"
 _SUBJECT_LABELS = {"Group": "groups", "User": "users", "ServiceAccount": "service accounts"}
 

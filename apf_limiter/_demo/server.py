@@ -2,7 +2,7 @@
 
 The parent binds a free 127.0.0.1 port and hands the listening socket to the child, so there
 is no race for the port; :func:`running_server` waits until ``/healthz`` answers. Run as
-``python -m apf_limiter.demo.server --mode apf --fd N --capacity 8 --service-time 0.1``.
+``python -m apf_limiter._demo.server --mode apf --fd N --capacity 8 --service-time 0.1``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import IO
 
-from apf_limiter.demo.app import Mode, create_app
-
-__all__ = ["running_server", "main"]
+from apf_limiter._demo.app import Mode, create_app
 
 _START_TIMEOUT = 15.0
 
@@ -39,7 +37,7 @@ async def running_server(mode: Mode, *, capacity: int, service_time: float) -> A
     command = [
         sys.executable,
         "-m",
-        "apf_limiter.demo.server",
+        "apf_limiter._demo.server",
         f"--mode={mode}",
         f"--fd={listener.fileno()}",
         f"--capacity={capacity}",
@@ -91,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Serve the demo application on the listening socket ``--fd`` until terminated."""
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="python -m apf_limiter.demo.server")
+    parser = argparse.ArgumentParser(prog="python -m apf_limiter._demo.server")
     parser.add_argument("--mode", choices=("semaphore", "apf"), required=True)
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--capacity", type=int, required=True)

@@ -9,10 +9,8 @@ the events below carry what only the moment knows (wait and execution times, que
 
 from __future__ import annotations
 
+from apf_limiter._errors import ConfigProblem, RejectReason
 from apf_limiter.config._model import Configuration
-from apf_limiter.errors import ConfigProblem, RejectReason
-
-__all__ = ["Observer"]
 
 
 class Observer:

@@ -10,22 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, TypeAlias
 
-from apf_limiter.asgi.options import Identity, ResourceAttributes, WorkEstimate
-from apf_limiter.errors import Rejected
-
-__all__ = [
-    "Scope",
-    "Message",
-    "Receive",
-    "Send",
-    "ASGIApp",
-    "IdentifyHook",
-    "ResolveHook",
-    "EstimateHook",
-    "LongRunningHook",
-    "RejectHook",
-    "AuthorizeHook",
-]
+from apf_limiter._errors import Rejected
+from apf_limiter.asgi._options import Identity, ResourceAttributes, WorkEstimate
 
 Scope: TypeAlias = MutableMapping[str, Any]
 Message: TypeAlias = MutableMapping[str, Any]

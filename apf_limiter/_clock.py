@@ -13,8 +13,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-__all__ = ["Clock", "Timer", "Waiter", "RealClock", "current_loop", "new_waiter"]
-
 
 class Timer(Protocol):
     """A scheduled callback that can be cancelled."""

@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ConfigProblem", "ConfigError", "Rejected", "RejectReason"]
-
 RejectReason = Literal["queue-full", "concurrency-limit", "time-out"]
 
 

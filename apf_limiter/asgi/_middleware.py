@@ -6,7 +6,7 @@ holding the seats, or answer 429. The admission is started with ``Admission.star
 never waits, so a request that finds free seats costs no event-loop round trip and never
 touches ``receive``; only a request that has to queue gets a helper task watching for its
 client to disconnect
-(:mod:`apf_limiter.asgi.waiting`). Ordinary requests hold their seats until the response body
+(:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the response body
 is complete; long-running ones (WebSockets, marked routes) give them back once the response has
 started or the socket is accepted. ``lifespan`` passes through.
 """
@@ -18,11 +18,13 @@ import inspect
 from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any, Final
 
-from apf_limiter.asgi.identity import build_digest, default_identify, route_path
-from apf_limiter.asgi.options import Identity, ResourceAttributes, RouteOptions, WorkEstimate
-from apf_limiter.asgi.responses import HeaderNames, send_client_gone, send_rejection, with_headers
-from apf_limiter.asgi.routes import RouteLookup
-from apf_limiter.asgi.types import (
+from apf_limiter._digest import RequestDigest
+from apf_limiter._errors import Rejected
+from apf_limiter.asgi._identity import build_digest, default_identify, route_path
+from apf_limiter.asgi._options import Identity, ResourceAttributes, RouteOptions, WorkEstimate
+from apf_limiter.asgi._responses import HeaderNames, send_client_gone, send_rejection, with_headers
+from apf_limiter.asgi._routes import RouteLookup
+from apf_limiter.asgi._types import (
     ASGIApp,
     AuthorizeHook,
     EstimateHook,
@@ -35,13 +37,9 @@ from apf_limiter.asgi.types import (
     Scope,
     Send,
 )
-from apf_limiter.asgi.waiting import ReplayReceive, wait_watching_disconnect
+from apf_limiter.asgi._waiting import ReplayReceive, wait_watching_disconnect
 from apf_limiter.config._sources import ConfigSource
-from apf_limiter.digest import RequestDigest
-from apf_limiter.errors import Rejected
 from apf_limiter.limiter import Admission, Limiter, check_wait_limit
-
-__all__ = ["APFMiddleware", "DEBUG_PATH"]
 
 #: Requests below this path go to the debug endpoints when ``debug_endpoints=True``.
 DEBUG_PATH: Final = "/debug/api_priority_and_fairness"

@@ -13,16 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from apf_limiter.digest import check_estimate
-
-__all__ = [
-    "Identity",
-    "ResourceAttributes",
-    "WorkEstimate",
-    "RouteOptions",
-    "route_options",
-    "ROUTE_OPTIONS_ATTRIBUTE",
-]
+from apf_limiter._digest import check_estimate
 
 #: The endpoint attribute :func:`route_options` stores its :class:`RouteOptions` in.
 ROUTE_OPTIONS_ATTRIBUTE = "__apf_route_options__"

@@ -15,13 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from apf_limiter.demo.load import ClientResult, LoadOptions, run_load
-from apf_limiter.demo.report import progress_line, render_table, verdict
+from apf_limiter._demo.load import ClientResult, LoadOptions, run_load
+from apf_limiter._demo.report import progress_line, render_table, verdict
 
 if TYPE_CHECKING:
-    from apf_limiter.demo.app import Mode
+    from apf_limiter._demo.app import Mode
 
-__all__ = ["DemoOptions", "add_arguments", "run", "run_demo"]
 
 _STARTUP_ALLOWANCE = 1.0  # seconds a server start-up takes, roughly, per run
 _RUNS: tuple[Mode, ...] = ("semaphore", "apf")
@@ -121,7 +120,7 @@ async def run_demo(options: DemoOptions, out: TextIO) -> dict[str, dict[str, Cli
         The results by run (``semaphore``, ``apf``) and client.
     """
     # Imported here so that building the CLI parser stays light.
-    from apf_limiter.demo.server import running_server
+    from apf_limiter._demo.server import running_server
 
     load = options.load
     out.write(

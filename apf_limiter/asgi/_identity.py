@@ -11,17 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from apf_limiter.asgi.options import Identity, ResourceAttributes, WorkEstimate
-from apf_limiter.asgi.types import Scope
-from apf_limiter.digest import (
+from apf_limiter._digest import (
     ANONYMOUS_USER,
     AUTHENTICATED_GROUP,
     UNAUTHENTICATED_GROUP,
     RequestDigest,
     fill_digest,
 )
-
-__all__ = ["default_identify", "route_path", "build_digest", "ScopeHeaders"]
+from apf_limiter.asgi._options import Identity, ResourceAttributes, WorkEstimate
+from apf_limiter.asgi._types import Scope
 
 _ANONYMOUS_GROUPS: Final[tuple[str, ...]] = (UNAUTHENTICATED_GROUP,)
 # The lower-case verbs of the common methods, as constants: ready-made, with cached hashes.

@@ -13,16 +13,8 @@ import inspect
 import json
 from typing import Final
 
-from apf_limiter.asgi.types import Message, Receive, RejectHook, Scope, Send
-from apf_limiter.errors import Rejected
-
-__all__ = [
-    "REJECTION_DETAIL",
-    "WEBSOCKET_TRY_AGAIN_LATER",
-    "HeaderNames",
-    "send_rejection",
-    "with_headers",
-]
+from apf_limiter._errors import Rejected
+from apf_limiter.asgi._types import Message, Receive, RejectHook, Scope, Send
 
 #: The rejection message (Kubernetes' wording).
 REJECTION_DETAIL: Final = "Too many requests, please try again later."

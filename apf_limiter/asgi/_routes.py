@@ -19,12 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from apf_limiter.asgi.identity import route_path
-from apf_limiter.asgi.options import ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
-from apf_limiter.asgi.types import Scope
+from apf_limiter.asgi._identity import route_path
+from apf_limiter.asgi._options import ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
+from apf_limiter.asgi._types import Scope
 from apf_limiter.engine._rules import non_resource_url_matches
-
-__all__ = ["RouteLookup", "endpoint_options"]
 
 _MAX_DEPTH: Final = 16  # mounts inside mounts; deeper nesting is not followed
 

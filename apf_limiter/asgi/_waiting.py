@@ -34,11 +34,9 @@ from dataclasses import dataclass
 
 import anyio
 
-from apf_limiter.asgi.types import Message, Receive
-from apf_limiter.errors import Rejected
+from apf_limiter._errors import Rejected
+from apf_limiter.asgi._types import Message, Receive
 from apf_limiter.limiter import Admission
-
-__all__ = ["Waited", "ReplayReceive", "wait_watching_disconnect"]
 
 _DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
 

@@ -7,8 +7,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["RequestDigest", "ANONYMOUS_USER", "UNAUTHENTICATED_GROUP", "AUTHENTICATED_GROUP"]
-
 ANONYMOUS_USER = "system:anonymous"
 UNAUTHENTICATED_GROUP = "system:unauthenticated"
 AUTHENTICATED_GROUP = "system:authenticated"

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
-from apf_limiter.asgi.middleware import APFMiddleware
-from apf_limiter.asgi.options import Identity
-from apf_limiter.asgi.types import ASGIApp, Receive, Scope, Send
-
-__all__ = ["Mode", "SemaphoreMiddleware", "demo_config", "bearer_identity", "create_app"]
+from apf_limiter.asgi._middleware import APFMiddleware
+from apf_limiter.asgi._options import Identity
+from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 
 Mode = Literal["semaphore", "apf"]
 
