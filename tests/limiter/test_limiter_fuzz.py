@@ -5,7 +5,7 @@ borrowing): ``async with`` tasks, hand-driven start()/wait()/release(), cancella
 time-outs, lingering final seats, reconfigurations (valid and invalid) and borrowing
 adjustments, and checks invariants after every step.
 
-Run: pytest tests/test_limiter_fuzz.py   (APF_FUZZ_SEEDS=N for more seeds)
+Run: pytest tests/limiter/test_limiter_fuzz.py   (APF_FUZZ_SEEDS=N for more seeds)
 """
 
 from __future__ import annotations
