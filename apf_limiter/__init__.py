@@ -10,7 +10,6 @@ from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import ConfigError, ConfigProblem, Rejected
 from apf_limiter._version import __version__
 from apf_limiter.config._model import Configuration
-from apf_limiter.config._sources import load_config
 from apf_limiter.engine._shuffle_sharding import Dealer
 from apf_limiter.engine._statistics import (
     FlowSchemaStatistics,
@@ -21,6 +20,7 @@ from apf_limiter.limiter import Admission, Limiter
 
 if TYPE_CHECKING:
     from apf_limiter.asgi import APFMiddleware
+    from apf_limiter.config._sources import load_config
 
 __all__ = [
     "APFMiddleware",
@@ -41,9 +41,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The middleware (and what it imports) loads only when it is used.
+    # The middleware and the configuration loader (and what they import) load when first used.
     if name == "APFMiddleware":
         from apf_limiter.asgi import APFMiddleware
 
         return APFMiddleware
+    if name == "load_config":
+        from apf_limiter.config._sources import load_config
+
+        return load_config
     raise AttributeError(f"module 'apf_limiter' has no attribute {name!r}")

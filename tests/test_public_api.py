@@ -13,6 +13,8 @@ import ast
 import importlib
 import os
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -282,3 +284,25 @@ def test_compiled_build_is_really_compiled() -> None:
         assert compiled == names, sorted(set(names) - set(compiled))
     else:
         assert compiled == []
+
+
+def test_importing_the_package_does_not_load_the_configuration_parser() -> None:
+    # A program that builds its Configuration itself, or only imports apf_limiter, does not pay
+    # for the loader, the validation and the built-in configurations; they load at first use.
+    code = (
+        "import sys, apf_limiter\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('apf_limiter.config.'))\n"
+        "print(loaded)\n"
+        "apf_limiter.load_config({})\n"
+        "print('apf_limiter.config._sources' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded, used = result.stdout.splitlines()
+    assert ast.literal_eval(loaded) == [
+        "apf_limiter.config._model",
+        "apf_limiter.config._names",
+        "apf_limiter.config._settings",
+    ]
+    assert used == "True"

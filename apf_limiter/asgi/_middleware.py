@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Awaitable, Coroutine, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected
@@ -38,8 +38,10 @@ from apf_limiter.asgi._types import (
     Send,
 )
 from apf_limiter.asgi._waiting import ReplayReceive, wait_watching_disconnect
-from apf_limiter.config._sources import ConfigSource
 from apf_limiter.limiter import Admission, Limiter, check_wait_limit
+
+if TYPE_CHECKING:
+    from apf_limiter.config._sources import ConfigSource
 
 #: Requests below this path go to the debug endpoints when ``debug_endpoints=True``.
 DEBUG_PATH: Final = "/debug/api_priority_and_fairness"

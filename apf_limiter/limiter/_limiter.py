@@ -25,7 +25,6 @@ from apf_limiter._digest import RequestDigest
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
-from apf_limiter.config._sources import ConfigSource, load_source
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._request import Request, RequestState
 from apf_limiter.engine._statistics import LimiterStatistics
@@ -33,9 +32,10 @@ from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._reload import ConfigFile
 from apf_limiter.limiter._reporter import Reporter
 from apf_limiter.limiter._scheduler import Scheduler
-from apf_limiter.limiter._shell import Shell
+from apf_limiter.limiter._shell import Shell, load_configuration
 
 if TYPE_CHECKING:
+    from apf_limiter.config._sources import ConfigSource
     from apf_limiter.engine._dump import EngineDump
 
 _EXECUTING: Final = RequestState.EXECUTING
@@ -87,7 +87,9 @@ class Limiter(Shell):
         observer: Observer | None = None,
     ) -> None:
         self._reporter = Reporter(observer)
-        self._config = load_source(config)  # a bad first configuration raises: nothing to keep
+        self._config = load_configuration(
+            config
+        )  # a bad first configuration raises: nothing to keep
         self._clock: Clock = clock if clock is not None else RealClock()
         # Read on every admission and release: the real clock's function itself, one C call
         # instead of a method calling it.

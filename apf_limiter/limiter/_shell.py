@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from apf_limiter._clock import Clock, Timer, new_waiter
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import ConfigError, Rejected
 from apf_limiter.config._model import Configuration
-from apf_limiter.config._sources import ConfigSource, load_source
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._effects import NO_EFFECTS, Effects
 from apf_limiter.engine._request import Request, RequestState
 from apf_limiter.limiter._reload import ConfigFile
 from apf_limiter.limiter._reporter import Reporter
 from apf_limiter.limiter._scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from apf_limiter.config._sources import ConfigSource
 
 _EXECUTING: Final = RequestState.EXECUTING
 _WAITING: Final = RequestState.WAITING
@@ -60,7 +62,7 @@ class Shell:
             ConfigError: If the configuration is invalid.
         """
         try:
-            loaded = load_source(config)
+            loaded = load_configuration(config)
         except ConfigError as exc:
             self._reporter.rejected_config(exc, source=config)
             raise
@@ -312,3 +314,10 @@ def _rejection(request: Request, retry_after: int) -> Rejected:
         flow_schema=request.flow_schema,
         retry_after=retry_after,
     )
+
+
+def load_configuration(config: ConfigSource | None) -> Configuration:
+    """Load a configuration source (``None``: the built-in one); the loader loads at first use."""
+    from apf_limiter.config._sources import load_source
+
+    return load_source(config)
