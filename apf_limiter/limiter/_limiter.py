@@ -13,36 +13,22 @@ timer.
 
 from __future__ import annotations
 
-import logging
-import secrets
-import time
-from collections.abc import Callable
 from os import PathLike
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from apf_limiter._clock import Clock, RealClock
+from apf_limiter._clock import Clock
 from apf_limiter._digest import RequestDigest
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
-from apf_limiter.engine._controller import Controller
-from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.engine._dump import EngineDump, dump_engine
 from apf_limiter.engine._statistics import LimiterStatistics
 from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._reload import ConfigFile
-from apf_limiter.limiter._reporter import Reporter
-from apf_limiter.limiter._scheduler import Scheduler
-from apf_limiter.limiter._shell import Shell, load_configuration
+from apf_limiter.limiter._shell import Shell
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
-    from apf_limiter.engine._dump import EngineDump
-
-_EXECUTING: Final = RequestState.EXECUTING
-_WAITING: Final = RequestState.WAITING
-_TIMED_OUT: Final = RequestState.TIMED_OUT
-
-logger = logging.getLogger("apf_limiter")
 
 
 def check_wait_limit(wait_limit: float) -> None:
@@ -86,32 +72,7 @@ class Limiter(Shell):
         hash_seed: int | None = None,
         observer: Observer | None = None,
     ) -> None:
-        self._reporter = Reporter(observer)
-        self._config = load_configuration(
-            config
-        )  # a bad first configuration raises: nothing to keep
-        self._clock: Clock = clock if clock is not None else RealClock()
-        # Read on every admission and release: the real clock's function itself, one C call
-        # instead of a method calling it.
-        self._now: Callable[[], float] = (
-            time.monotonic if type(self._clock) is RealClock else self._clock.now
-        )
-        if hash_seed is not None and (type(hash_seed) is bool or not isinstance(hash_seed, int)):
-            raise TypeError(f"hash_seed must be an integer or None, got {hash_seed!r}")
-        self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
-        now = self._clock.now()
-        self._controller = Controller(self._config, hash_seed=self._hash_seed, now=now)
-        self._scheduler = Scheduler(
-            self._clock, self._controller, self._settle, self._config.borrowing_period, now
-        )
-        self._file: ConfigFile | None = None
-        # Requests dispatched to tasks that died with their event loop, to finish (_wake).
-        self._orphans: list[Request] = []
-        self._finishing_orphans = False
-        # Bound once: every waiting request's wait-limit timer holds it, and binding it per
-        # timer would cost each waiting request another 64 bytes.
-        self._wait_limit_callback = self._on_wait_limit
-        self._reporter.applied_config(self._config)
+        super().__init__(config, clock, hash_seed, observer)
 
     @classmethod
     def from_file(
@@ -196,8 +157,6 @@ class Limiter(Shell):
         A pure read, in the style of Kubernetes' ``QueueSet.Dump()``: the debug dumps, the
         dashboard and the metrics read nothing else of the engine.
         """
-        from apf_limiter.engine._dump import dump_engine
-
         return dump_engine(self._controller)
 
     def adjust_borrowing(self) -> None:

@@ -9,10 +9,12 @@ housekeeping that runs inside those calls when due, and the configuration file r
 from __future__ import annotations
 
 import logging
+import secrets
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from apf_limiter._clock import Clock, Timer, new_waiter
+from apf_limiter._clock import Clock, RealClock, Timer, new_waiter
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import ConfigError, Rejected
 from apf_limiter.config._model import Configuration
@@ -24,6 +26,7 @@ from apf_limiter.limiter._reporter import Reporter
 from apf_limiter.limiter._scheduler import Scheduler
 
 if TYPE_CHECKING:
+    from apf_limiter._observer import Observer
     from apf_limiter.config._sources import ConfigSource
 
 _EXECUTING: Final = RequestState.EXECUTING
@@ -35,21 +38,43 @@ logger = logging.getLogger("apf_limiter")
 
 
 class Shell:
-    """The parts of a limiter that act for requests; :class:`Limiter` wires and exposes them.
+    """A limiter's parts and the code that acts for requests; :class:`Limiter` adds the API.
 
-    Attributes are set by :class:`Limiter`'s constructor.
+    It takes the arguments of :class:`Limiter`, which documents them.
     """
 
-    _config: Configuration
-    _clock: Clock
-    _now: Callable[[], float]
-    _controller: Controller
-    _scheduler: Scheduler
-    _reporter: Reporter
-    _file: ConfigFile | None
-    _orphans: list[Request]
-    _finishing_orphans: bool
-    _wait_limit_callback: Callable[[Request], None]
+    def __init__(
+        self,
+        config: ConfigSource | None,
+        clock: Clock | None,
+        hash_seed: int | None,
+        observer: Observer | None,
+    ) -> None:
+        self._reporter = Reporter(observer)
+        # A bad first configuration raises: there is nothing to keep.
+        self._config = load_configuration(config)
+        self._clock: Clock = clock if clock is not None else RealClock()
+        # Read on every admission and release: the real clock's function itself, one C call
+        # instead of a method calling it.
+        self._now: Callable[[], float] = (
+            time.monotonic if type(self._clock) is RealClock else self._clock.now
+        )
+        if hash_seed is not None and (type(hash_seed) is bool or not isinstance(hash_seed, int)):
+            raise TypeError(f"hash_seed must be an integer or None, got {hash_seed!r}")
+        self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
+        now = self._clock.now()
+        self._controller = Controller(self._config, hash_seed=self._hash_seed, now=now)
+        self._scheduler = Scheduler(
+            self._clock, self._controller, self._settle, self._config.borrowing_period, now
+        )
+        self._file: ConfigFile | None = None
+        # Requests dispatched to tasks that died with their event loop, to finish (_wake).
+        self._orphans: list[Request] = []
+        self._finishing_orphans = False
+        # Bound once: every waiting request's wait-limit timer holds it, and binding it per
+        # timer would cost each waiting request another 64 bytes.
+        self._wait_limit_callback = self._on_wait_limit
+        self._reporter.applied_config(self._config)
 
     def reconfigure(self, config: ConfigSource) -> None:
         """Apply a new configuration atomically; queued and executing requests survive.
