@@ -165,13 +165,8 @@ class Shell:
                 reporter.dispatched(request, 0.0, False)
         return request
 
-    def _queue(self, request: Request, wait_limit: float | None) -> Timer | None:
-        """Set up a waiting request's waiter and wait-limit timer; return the timer.
-
-        Returns ``None`` for a request dispatched by :meth:`_arrive`'s borrowing adjustment.
-        """
-        if request.state is _EXECUTING:
-            return None
+    def _queue(self, request: Request, wait_limit: float | None) -> Timer:
+        """Set up a waiting request's waiter and wait-limit timer; return the timer."""
         if wait_limit is None:
             wait_limit = self._config.request_wait_limit
         try:
@@ -312,13 +307,16 @@ class Shell:
         finally:
             self._finishing_orphans = False
 
-    def _housekeeping(self, now: float, *, force: bool = False) -> None:
+    def _housekeeping(self, now: float) -> None:
+        """Run what fell due: a configuration file check, then the borrowing adjustments.
+
+        The scheduler keeps ``next_check``, the fast path's one comparison, at the earlier of
+        the two next times as it moves them.
+        """
         scheduler = self._scheduler
         file = self._file
-        if file is not None and (now >= scheduler.next_reload or (force and file.interval)):
-            scheduler.schedule_reload(
-                now + file.interval if file.interval else scheduler.next_reload
-            )
+        if file is not None and now >= scheduler.next_reload:
+            scheduler.schedule_reload(now + file.interval)
             try:
                 self.reload()
             except Exception:
@@ -326,9 +324,6 @@ class Shell:
                 # wrong must not stop that call, let alone leak its seats.
                 logger.exception("reloading %s failed", file.path)
         scheduler.catch_up(now)
-        # Both kinds may have moved (a reload check always does): the fast path's one
-        # comparison must see the next one, not this one again.
-        scheduler.next_check = min(scheduler.next_adjustment, scheduler.next_reload)
 
 
 def _rejection(request: Request, retry_after: int) -> Rejected:
