@@ -14,7 +14,7 @@ from typing import Final, cast
 
 from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import Configuration, PriorityLevel
-from apf_limiter.engine._borrowing import BorrowingInput, compute_borrowing
+from apf_limiter.engine._borrowing import compute_borrowing
 from apf_limiter.engine._classifier import Classifier
 from apf_limiter.engine._concurrency import plan_levels
 from apf_limiter.engine._effects import NO_EFFECTS, Effects, limit_changes
@@ -89,7 +89,6 @@ class Controller:
         classifier = Classifier(
             config.flow_schemas, hash_seed=self.hash_seed, imagined=config.imagined_flow_schemas
         )
-        dispatched: list[Request] = []
         configs: dict[str, PriorityLevel] = {pl.name: pl for pl in config.priority_levels}
         kept: dict[str, LevelState | None] = {name: self.levels.get(name) for name in configs}
         for name, state in self.levels.items():
@@ -112,7 +111,7 @@ class Controller:
                 continue
             if name in configured:
                 existing.quiescing = False
-            dispatched.extend(existing.reconfigure(configs[name], level_plan, now))
+            existing.reconfigure(configs[name], level_plan)
             levels[name] = existing
         counters = {
             schema.name: self.flow_schema_counters.get(schema.name) or FlowSchemaCounters()
@@ -127,9 +126,9 @@ class Controller:
         }
         self.config = config
         self.nominal_limit_sum = plan.nominal_limit_sum
-        self._count_dispatched(dispatched)
-        dispatched.extend(self._adjust_borrowing(now, None).dispatched)
-        return dispatched
+        # Each queue set is reconfigured once, with its new limit, in the adjustment
+        # (apf_controller.go: finishQueueSetReconfigsLocked, then updateBorrowingLocked).
+        return list(self._adjust_borrowing(now, None, reconfigure=True).dispatched)
 
     # ----------------------------------------------------------------------------------------
     # borrowing
@@ -160,28 +159,15 @@ class Controller:
             return NO_EFFECTS
         return self._adjust_borrowing(now, level)
 
-    def _adjust_borrowing(self, now: float, waking: LevelState | None) -> Effects:
-        """One borrowing adjustment; ``waking``'s seat demand counts as its smoothed demand."""
+    def _adjust_borrowing(
+        self, now: float, waking: LevelState | None, *, reconfigure: bool = False
+    ) -> Effects:
+        """One borrowing adjustment; ``waking``'s seat demand counts as its smoothed demand.
+
+        With ``reconfigure`` (a digest), each queue set also takes its level's queuing shape.
+        """
         states = list(self.levels.values())
-        inputs = []
-        for state in states:
-            state.demand.update(state.queue_set.demand.reset(now))
-            plan = state.plan
-            smoothed = state.demand.smoothed
-            if state is waking:
-                queue_set = state.queue_set
-                smoothed = max(smoothed, queue_set.seats_in_use + queue_set.seats_waiting)
-            inputs.append(
-                BorrowingInput(
-                    exempt=plan.type == "Exempt",
-                    nominal_limit=plan.nominal_limit,
-                    lower_limit=plan.lower_limit,
-                    upper_limit=plan.upper_limit,
-                    high_watermark=state.demand.high_watermark,
-                    smoothed=smoothed,
-                    current_limit=state.queue_set.concurrency_limit,
-                )
-            )
+        inputs = [state.borrowing_input(now, waking=state is waking) for state in states]
         result = compute_borrowing(self.nominal_limit_sum, inputs)
         self.adjustments += 1
         self.fair_fraction = result.fair_fraction
@@ -194,7 +180,10 @@ class Controller:
             old = state.queue_set.concurrency_limit
             if limit != old:
                 changes[state.name] = (old, limit)
-            dispatched.extend(state.queue_set.set_concurrency_limit(limit, now))
+            if reconfigure:
+                dispatched.extend(state.configure_queue_set(limit, now))
+            else:
+                dispatched.extend(state.queue_set.set_concurrency_limit(limit, now))
         self._count_dispatched(dispatched)
         return Effects(dispatched, changes)
 

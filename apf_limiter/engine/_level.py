@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from apf_limiter.config._model import Configuration, PriorityLevel
-from apf_limiter.engine._borrowing import SeatDemandStats
+from apf_limiter.engine._borrowing import BorrowingInput, SeatDemandStats
 from apf_limiter.engine._concurrency import LevelPlan
 from apf_limiter.engine._queueset import QueueSet
 from apf_limiter.engine._request import Request
@@ -19,6 +19,7 @@ from apf_limiter.engine._seat_seconds import (
     seats_times_duration,
     to_nanoseconds,
 )
+from apf_limiter.engine._shuffle_sharding import Dealer
 from apf_limiter.engine._statistics import PriorityLevelStatistics
 
 DEFAULT_MAX_SEATS: Final = 100
@@ -78,23 +79,62 @@ class LevelState:
         self.demand = SeatDemandStats()
         self.target = 0.0
 
-    def reconfigure(self, config: PriorityLevel, plan: LevelPlan, now: float) -> Sequence[Request]:
+    def reconfigure(self, config: PriorityLevel, plan: LevelPlan) -> None:
         """Take a new configuration and plan, keeping the current limit (borrowing sets it).
 
-        Returns:
-            The requests dispatched by the change of queuing.
+        The queue set takes the new queuing shape in the borrowing adjustment that ends the
+        digest (:meth:`configure_queue_set`), once, with the new limit, as Kubernetes'
+        ``finishQueueSetReconfigsLocked`` completes each queue set in ``updateBorrowingLocked``.
+
+        Raises:
+            ValueError: If the queuing shape makes an invalid dealer (a hand-built
+                configuration; ``load_config`` validates this).
         """
+        desired, _, hand_size = queuing_shape(plan)
+        if desired > 0:
+            Dealer(desired, hand_size)  # an invalid shape raises here, before any change
         self.config = config
         self.plan = plan
         self.set_max_seats(plan.max_seats)
-        desired, queue_length_limit, hand_size = queuing_shape(plan)
         self.uses_hash = desired > 1
+
+    def configure_queue_set(self, concurrency_limit: int, now: float) -> Sequence[Request]:
+        """Give the queue set the plan's queuing shape and ``concurrency_limit``, then dispatch.
+
+        Returns:
+            The requests dispatched (``queueset.go``, ``setConfiguration``).
+        """
+        desired, queue_length_limit, hand_size = queuing_shape(self.plan)
         return self.queue_set.configure(
             desired_num_queues=desired,
             queue_length_limit=queue_length_limit,
             hand_size=hand_size,
-            concurrency_limit=self.queue_set.concurrency_limit,
+            concurrency_limit=concurrency_limit,
             now=now,
+        )
+
+    def borrowing_input(self, now: float, *, waking: bool) -> BorrowingInput:
+        """Read and reset the seat-demand integrator into the smoothed demand; the level's part.
+
+        Args:
+            now: The time of the adjustment.
+            waking: Whether the adjustment opens this level (deviation D5): its current seat
+                demand then counts as its smoothed demand.
+        """
+        self.demand.update(self.queue_set.demand.reset(now))
+        plan = self.plan
+        queue_set = self.queue_set
+        smoothed = self.demand.smoothed
+        if waking:
+            smoothed = max(smoothed, queue_set.seats_in_use + queue_set.seats_waiting)
+        return BorrowingInput(
+            exempt=plan.type == "Exempt",
+            nominal_limit=plan.nominal_limit,
+            lower_limit=plan.lower_limit,
+            upper_limit=plan.upper_limit,
+            high_watermark=self.demand.high_watermark,
+            smoothed=smoothed,
+            current_limit=queue_set.concurrency_limit,
         )
 
     def set_max_seats(self, max_seats: int) -> None:

@@ -231,6 +231,12 @@ class QueueSet(QueueSetBase):
             self.seats_in_use >= self.concurrency_limit
             and len(queue.waiting) >= self.queue_length_limit
         ):
+            if self.epoch_advance_failures:
+                # Kubernetes bounds the chosen queue on every arrival, rejected ones included
+                # (timeoutOldRequestsAndRejectOrEnqueueLocked defers boundNextDispatchLocked
+                # before the reject check): see the comment on the bound below.
+                self._bound_next_dispatch(queue)
+                self._push(queue)
             self.rejected_queue_full += 1
             request.state = RequestState.REJECTED
             request.reject_reason = "queue-full"
@@ -249,6 +255,10 @@ class QueueSet(QueueSetBase):
         request.queue_length_after_enqueue = len(waiting)
         self.requests_waiting += 1
         self.seats_waiting += request.max_seats
+        # Sampled as it joins, before dispatch (queueset.go, enqueueToBoundLocked): a request
+        # whose final seats are clamped at dispatch still counts at its full width in the
+        # demand's high watermark, which borrowing reads.
+        self.demand.set(self.seats_in_use + self.seats_waiting, now)
         if was_empty or self.epoch_advance_failures:
             self._bound_next_dispatch(queue)
             self._push(queue)
@@ -259,9 +269,6 @@ class QueueSet(QueueSetBase):
         dispatched = self._dispatch_as_much_as_possible()
         self._note_demand(now)
         return dispatched
-
-    # ----------------------------------------------------------------------------------------
-    # dispatch
 
     # ----------------------------------------------------------------------------------------
     # completion and removal
@@ -384,9 +391,6 @@ class QueueSet(QueueSetBase):
         # seats are released from it (queueset.go, removeQueueIfEmptyLocked).
         self._note_demand(now)
         return dispatched
-
-    # ----------------------------------------------------------------------------------------
-    # virtual time
 
     def __repr__(self) -> str:
         return (

@@ -327,7 +327,10 @@ class QueueSetBase:
             return
         index = queue.index
         if index < 0 or index >= len(queues) or queues[index] is not queue:
-            return  # already removed
+            # Deviation D6: already removed. Kubernetes (removeQueueIfEmptyLocked) would use
+            # the removed queue's stale index and remove whichever queue has moved into it,
+            # orphaning the requests waiting there.
+            return
         del queues[index]
         for later in queues[index:]:
             later.index -= 1
