@@ -51,7 +51,7 @@ from apf_limiter.config._schemas import (
     validate_flow_schema,
 )
 from apf_limiter.config._settings import SETTING_KEYS, read_settings
-from apf_limiter.config._text import parse_documents, read_documents
+from apf_limiter.config._text import parse_documents, parse_file, read_documents
 
 #: What :func:`load_config` accepts: the one definition of a configuration source.
 ConfigSource = (
@@ -97,10 +97,14 @@ def load_config(source: ConfigSource) -> Configuration:
             the path of a ``.yaml``/``.yml`` (possibly multi-document) or ``.json`` file.
 
     Returns:
-        A new, validated configuration, mandatory objects included.
+        A new, validated configuration, mandatory objects included. An empty mapping (``{}``,
+        also as a file's content) is a deliberately empty configuration: the default settings
+        and the mandatory objects.
 
     Raises:
-        ConfigError: With every problem found; nothing of a bad configuration is used.
+        ConfigError: With every problem found; nothing of a bad configuration is used. A file
+            that holds no document (empty, or only comments, ``---`` or ``null``) is refused:
+            it is most often one caught half-written.
         TypeError: If ``source`` is none of the above.
     """
     if isinstance(source, Configuration):
@@ -115,6 +119,19 @@ def load_config(source: ConfigSource) -> Configuration:
         "load_config() takes a Configuration, a mapping, a list of mappings or a file path, "
         f"not {type(source).__name__}"
     )
+
+
+def load_file_content(data: bytes, name: str) -> Configuration:
+    """Load and validate a configuration from a file's content (what a reload read).
+
+    Args:
+        data: The file's bytes (UTF-8).
+        name: The file's name: its suffix gives the format; it is the path of file problems.
+
+    Raises:
+        ConfigError: As :func:`load_config` does for the file.
+    """
+    return load_documents(parse_file(data, name))
 
 
 def load_config_text(text: str, *, format: str = "yaml") -> Configuration:

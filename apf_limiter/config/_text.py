@@ -5,6 +5,8 @@ YAML may hold several documents (``---``); JSON holds one. PyYAML is an optional
 install it. Any failure to read or parse is a :class:`ConfigError` whose problem path is the file
 name (empty for text), with the parser's line and column when it gives them. A key given twice in
 one mapping is a problem too, since the parsers would otherwise silently keep the last value.
+So is a file that holds no document (empty, or only comments): most often a file caught
+half-written, never a configuration someone meant.
 """
 
 from __future__ import annotations
@@ -20,15 +22,35 @@ from apf_limiter._errors import ConfigError, ConfigProblem
 FORMATS: tuple[str, ...] = ("yaml", "json")
 _SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
 _INSTALL_HINT = "reading YAML needs PyYAML: pip install 'apf_limiter[yaml]'"
+#: The problem of a file that holds no document.
+NO_DOCUMENT = (
+    "the file holds no configuration: it is empty, or only blank lines, comments, document "
+    "markers or null (write {} for a deliberately empty configuration)"
+)
 
 
 def read_documents(path: str | os.PathLike[str]) -> list[object]:
     """Read the documents of a ``.yaml``/``.yml``/``.json`` file.
 
     Raises:
-        ConfigError: If the file has another suffix, cannot be read, or cannot be parsed.
+        ConfigError: If the file has another suffix, cannot be read or parsed, or holds no
+            document (:func:`parse_file`).
     """
     name = os.fspath(path)
+    file_format(name)  # an unsupported name is refused before the file is opened
+    try:
+        data = Path(name).read_bytes()
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the name
+        raise unreadable(name, error) from error
+    return parse_file(data, name)
+
+
+def file_format(name: str) -> str:
+    """The text format (``"yaml"`` or ``"json"``) of a file, from its name's suffix.
+
+    Raises:
+        ConfigError: If the name does not end in ``.yaml``, ``.yml`` or ``.json``.
+    """
     text_format = _SUFFIXES.get(Path(name).suffix.lower())
     if text_format is None:
         raise ConfigError(
@@ -40,15 +62,42 @@ def read_documents(path: str | os.PathLike[str]) -> list[object]:
                 )
             ]
         )
+    return text_format
+
+
+def unreadable(name: str, error: OSError | ValueError) -> ConfigError:
+    """The error for a file that cannot be read (``error`` is what opening or reading raised)."""
+    detail = (error.strerror if isinstance(error, OSError) else None) or error
+    return ConfigError([ConfigProblem(name, f"cannot read the file: {detail}")])
+
+
+def parse_file(data: bytes, name: str) -> list[object]:
+    """Parse a file's content (UTF-8) into its documents; the name gives the format.
+
+    A file that holds no document is refused: empty, or only blank lines, comments, document
+    markers (``---``, ``...``) or ``null``. Such a file is most often one caught half-written
+    (truncated, not yet rewritten), and loading it would give the mandatory objects alone;
+    a deliberately empty configuration is written ``{}``.
+
+    Raises:
+        ConfigError: If the name has an unsupported suffix, the content is not UTF-8, cannot
+            be parsed, or holds no document.
+    """
+    text_format = file_format(name)
     try:
-        text = Path(name).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(
-            [ConfigProblem(name, f"cannot read the file: {error.strerror or error}")]
-        ) from error
-    except (UnicodeDecodeError, ValueError) as error:  # ValueError: a NUL byte in the name
-        raise ConfigError([ConfigProblem(name, f"cannot read the file: {error}")]) from error
-    return parse_documents(text, text_format, source=name)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise unreadable(name, error) from error
+    if "\r" in text:
+        # What reading the file in text mode did (universal newlines): the parsers' line and
+        # column numbers, and the strings, stay as they were.
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    # isspace(), not strip(): no copy of a big file's text.
+    blank = not text or text.isspace()
+    documents = [] if blank else parse_documents(text, text_format, source=name)
+    if all(document is None for document in documents):
+        raise ConfigError([ConfigProblem(name, NO_DOCUMENT)])
+    return documents
 
 
 def parse_documents(text: str, text_format: str = "yaml", *, source: str = "") -> list[object]:

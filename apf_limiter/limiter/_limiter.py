@@ -24,7 +24,7 @@ from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.engine._dump import EngineDump, dump_engine
 from apf_limiter.engine._statistics import LimiterStatistics
 from apf_limiter.limiter._admission import Admission
-from apf_limiter.limiter._reload import ConfigFile
+from apf_limiter.limiter._reload import ConfigFile, Reloader
 from apf_limiter.limiter._shell import Shell
 
 if TYPE_CHECKING:
@@ -88,20 +88,32 @@ class Limiter(Shell):
         """Create a limiter from a YAML or JSON file, optionally reloading it when it changes.
 
         With ``reload=True`` the file is checked at most every ``reload_interval`` seconds,
-        on the next call into the limiter (no background task). A changed file is applied
-        with :meth:`reconfigure`; a file that fails to load is logged with all its problems
-        and the running configuration is kept.
+        on the next call into the limiter (no background task). The check runs on a worker
+        thread (one at a time), so requests never wait for a file to be read or parsed: it
+        compares the file's stat (inode, size, modification and change times) with the last
+        one, and reads and parses the file only once a new stat has stayed the same for one
+        check, so that a file caught half-written is not applied; a later call applies the
+        result with :meth:`reconfigure`. A change is thus applied one to two intervals after
+        it was written. Content the same as the running configuration's is not applied
+        again; a file that fails to load, or holds no document (empty, or only comments), is
+        logged at ERROR with all its problems and the running configuration is kept.
+        :meth:`reload` reads the file at once; :meth:`close` stops the checks.
 
         Raises:
-            ConfigError: If the file does not load at first.
+            ConfigError: If the file does not load at start (one holding no document
+                included).
+            ValueError: If ``reload_interval`` is not positive (with ``reload=True``).
         """
-        limiter = cls(path, clock=clock, hash_seed=hash_seed, observer=observer)
-        limiter._file = ConfigFile(path)
+        if reload and not reload_interval > 0:
+            raise ValueError(f"reload_interval must be positive, got {reload_interval!r}")
+        file = ConfigFile(path, reload_interval if reload else 0.0)
+        # Read once, and the configuration is loaded from that very content: what the file
+        # held then is what a later check compares with.
+        limiter = cls(file.load(), clock=clock, hash_seed=hash_seed, observer=observer)
+        reloader = Reloader(file, limiter._scheduler, limiter._apply_file)
+        limiter._reloader = reloader
         if reload:
-            if not reload_interval > 0:
-                raise ValueError(f"reload_interval must be positive, got {reload_interval!r}")
-            limiter._file.interval = reload_interval
-            limiter._scheduler.schedule_reload(limiter._clock.now() + reload_interval)
+            reloader.watch(limiter._clock.now())
         return limiter
 
     @property
@@ -176,9 +188,15 @@ class Limiter(Shell):
             self._housekeeping(now)
 
     def close(self) -> None:
-        """Stop the borrowing timer (requests still release normally)."""
+        """Stop the borrowing timer and the configuration file's checks.
+
+        Requests still release normally, and :meth:`reload` still reads the file on demand.
+        A check in flight on the worker thread is waited for (its outcome is dropped).
+        """
         self._scheduler.closed = True
         self._scheduler.cancel_borrowing_timer()
+        if self._reloader is not None:
+            self._reloader.close()
 
     @property
     def closed(self) -> bool:

@@ -3,7 +3,8 @@
 :class:`~apf_limiter.limiter._limiter.Limiter` builds on :class:`Shell`: this module has what
 runs for each request (start, queue, finish, abandon, reject) and what acts on the engine's
 :class:`~apf_limiter.engine._effects.Effects` (wake the waiters, report levels and limits), the
-housekeeping that runs inside those calls when due, and the configuration file reload.
+housekeeping that runs inside those calls when due, and acting on what a check of the
+configuration file found (:mod:`._reload` reads and parses it on a worker thread).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from apf_limiter.config._model import Configuration
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._effects import NO_EFFECTS, Effects
 from apf_limiter.engine._request import Request, RequestState
-from apf_limiter.limiter._reload import ConfigFile
+from apf_limiter.limiter._reload import Outcome, Reloader
 from apf_limiter.limiter._reporter import Reporter
 from apf_limiter.limiter._scheduler import Scheduler
 
@@ -67,7 +68,7 @@ class Shell:
         self._scheduler = Scheduler(
             self._clock, self._controller, self._settle, self._config.borrowing_period, now
         )
-        self._file: ConfigFile | None = None
+        self._reloader: Reloader | None = None  # set by Limiter.from_file
         # Requests dispatched to tasks that died with their event loop, to finish (_wake).
         self._orphans: list[Request] = []
         self._finishing_orphans = False
@@ -107,21 +108,34 @@ class Shell:
     def reload(self) -> bool:
         """Reload the configuration file now if it changed (``from_file`` limiters).
 
+        The file is read and parsed on the calling thread, at once (a check in flight on the
+        worker thread is waited for, and applied, first). Content that is the same as the
+        running configuration's is not applied again.
+
         Returns:
-            Whether a new configuration was applied. A file that fails to load is logged
-            (with all its problems) and leaves the running configuration in force.
+            Whether a new configuration was applied. A file that fails to load (or holds no
+            document) is logged with all its problems and leaves the running configuration in
+            force; so does a file that kept changing while it was read.
 
         Raises:
             RuntimeError: If the limiter was not created with :meth:`from_file`.
         """
-        if self._file is None:
+        if self._reloader is None:
             raise RuntimeError("reload() needs a limiter created with Limiter.from_file()")
-        if not self._file.changed():
+        return self._reloader.reload()
+
+    def _apply_file(self, outcome: Outcome) -> bool:
+        """Act on what a check of the configuration file found; whether it was applied."""
+        path = self._reloader.file.path if self._reloader is not None else ""
+        if outcome.failure is not None:
+            logger.error("reloading %s failed", path, exc_info=outcome.failure)
             return False
-        try:
-            self.reconfigure(self._file.path)
-        except ConfigError:
-            return False  # reported (logged) by reconfigure; the running config stays
+        if outcome.config is None:
+            if outcome.error is not None:
+                self._reporter.rejected_config(outcome.error, source=path)
+            return False
+        # Parsed and validated on the worker thread: what is left is engine work.
+        self.reconfigure(outcome.config)
         return True
 
     def _arrive(self, digest: RequestDigest) -> Request:
@@ -308,21 +322,22 @@ class Shell:
             self._finishing_orphans = False
 
     def _housekeeping(self, now: float) -> None:
-        """Run what fell due: a configuration file check, then the borrowing adjustments.
+        """Run what fell due: the configuration file's check, then the borrowing adjustments.
 
         The scheduler keeps ``next_check``, the fast path's one comparison, at the earlier of
         the two next times as it moves them.
         """
         scheduler = self._scheduler
-        file = self._file
-        if file is not None and now >= scheduler.next_reload:
-            scheduler.schedule_reload(now + file.interval)
+        reloader = self._reloader
+        if reloader is not None and now >= scheduler.next_reload:
             try:
-                self.reload()
+                # Starts a check on the worker thread, or applies what a finished one found:
+                # the file is neither read nor parsed here.
+                reloader.run_due(now)
             except Exception:
                 # This runs inside whichever call came due (a release, say): whatever went
                 # wrong must not stop that call, let alone leak its seats.
-                logger.exception("reloading %s failed", file.path)
+                logger.exception("reloading %s failed", reloader.file.path)
         scheduler.catch_up(now)
 
 

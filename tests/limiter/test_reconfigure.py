@@ -1,20 +1,14 @@
-"""Live reconfiguration: atomic, validated first, no request lost; hot reload of a file."""
+"""Live reconfiguration: atomic, validated first, no request lost (file reloads: test_reload)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-import os
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-import apf_limiter.config._sources
 from apf_limiter import Admission, ConfigError, Limiter, Rejected, RequestDigest
-from apf_limiter.config._model import Configuration
 from apf_limiter.testing import FakeClock
 from tests.helpers import (
     EVERYONE_EVERYTHING,
@@ -291,92 +285,3 @@ async def test_reconfiguration_under_load_loses_and_duplicates_nothing() -> None
     assert stats.executing_requests == 0 and stats.waiting_requests == 0
     assert stats.executing_seats == 0
     assert not any(level.quiescing for level in stats.priority_levels.values())
-
-
-def _reloading(tmp_path: Path, limit: int) -> tuple[Path, FakeClock, Limiter]:
-    """A limiter on ``apf.json`` (one level of ``limit`` seats), checked every second."""
-    path = tmp_path / "apf.json"
-    path.write_text(json.dumps(single_level_config(limit=limit)))
-    clock = FakeClock()
-    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=clock)
-    return path, clock, limiter
-
-
-async def test_hot_reload_of_a_file_good_and_bad(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path, clock, limiter = _reloading(tmp_path, limit=2)
-    assert limiter.statistics().priority_levels["test"].current_limit == 2
-
-    path.write_text(json.dumps(single_level_config(limit=5)))
-    async with limiter.admit(RequestDigest(user="u")):
-        pass
-    # Checked at most once per interval: not yet.
-    assert limiter.statistics().priority_levels["test"].current_limit == 2
-    await clock.advance(1)
-    async with limiter.admit(RequestDigest(user="u")):
-        pass
-    assert limiter.statistics().priority_levels["test"].current_limit == 5
-
-    bad = single_level_config(limit=5)
-    bad["priorityLevels"][0]["limited"]["lendablePercent"] = -1
-    bad["serverConcurrencyLimit"] = 0
-    path.write_text(json.dumps(bad))
-    await clock.advance(1)
-    with caplog.at_level(logging.ERROR, logger="apf_limiter"):
-        async with limiter.admit(RequestDigest(user="u")):
-            pass
-    assert limiter.statistics().priority_levels["test"].current_limit == 5
-    (record,) = [r for r in caplog.records if "rejected" in r.getMessage()]
-    assert "lendablePercent" in record.getMessage()
-    assert "serverConcurrencyLimit" in record.getMessage()
-    assert len(record.problems) == 2  # type: ignore[attr-defined]
-    # Unchanged file: nothing to do.
-    assert limiter.reload() is False
-
-
-async def test_a_reload_that_fails_unexpectedly_inside_a_release_releases_the_seats(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path, clock, limiter = _reloading(tmp_path, limit=1)
-
-    def broken(source: object) -> Configuration:
-        raise RuntimeError("a bug somewhere in reconfiguration")
-
-    # The limiter looks the loader up at each load.
-    monkeypatch.setattr(apf_limiter.config._sources, "load_config", broken)
-    with caplog.at_level(logging.ERROR, logger="apf_limiter"):
-        async with limiter.admit(RequestDigest(user="u")):
-            path.write_text(json.dumps(single_level_config(limit=2)))
-            await clock.advance(1.0)  # the reload falls due within the release
-    assert limiter.statistics().priority_levels["test"].executing_seats == 0
-    assert any(r.getMessage().startswith("reloading") for r in caplog.records)
-
-
-async def test_reload_sees_a_same_size_rewrite_with_the_old_timestamp(tmp_path: Path) -> None:
-    # cp -p, rsync -t, or a file system with coarse timestamps: same size, same mtime.
-    path, clock, limiter = _reloading(tmp_path, limit=2)
-    before = path.stat()
-    changed = json.dumps(single_level_config(limit=3))
-    assert len(changed) == before.st_size
-    path.write_text(changed)
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    await clock.advance(1)
-    limiter.run_due()
-    assert limiter.statistics().priority_levels["test"].current_limit == 3
-
-
-async def test_a_reload_check_moves_the_next_check_on(tmp_path: Path) -> None:
-    # After a check that changes nothing, the fast path must not do housekeeping on every
-    # call until the next borrowing adjustment.
-    _, clock, limiter = _reloading(tmp_path, limit=2)
-    await clock.advance(1.5)
-    async with limiter.admit(RequestDigest(user="u")):
-        pass
-    assert limiter._scheduler.next_check == pytest.approx(2.5)
-
-
-def test_reload_needs_a_file() -> None:
-    limiter = Limiter(single_level_config(), clock=FakeClock())
-    with pytest.raises(RuntimeError, match="from_file"):
-        limiter.reload()
