@@ -106,18 +106,43 @@ class Dump:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
+#: The widest cell a text dump prints, in characters; a longer one is cut and ends in
+#: :data:`CUT_MARK` and the count of characters left out. Every cell of a column is padded to
+#: the column's widest cell, and a client chooses some cells (a ``ByHeader`` distinguisher, a
+#: path): uncapped, one 60 kB path padded every row of the dump to 60 kB.
+MAX_CELL_WIDTH = 256
+CUT_MARK = "...(cut "
+
+
 def _go_text(cell: Cell) -> str:
     if isinstance(cell, bool):
         return "true" if cell else "false"
     text = str(cell)
     if text.isprintable() and "\\" not in text:
-        return text
+        return text if len(text) <= MAX_CELL_WIDTH else _cut(text, list(text))
     # Client-chosen text (distinguishers, user names, paths) must not change the table: a tab
     # or newline would add columns or forge rows (and a thousand tabs overflow the tab
     # writer's recursion), line separators and bidi overrides would do the same in a viewer,
     # an escape sequence would drive the reader's terminal. Escaped as Go's %q escapes them,
-    # the backslash included, so an escape cannot be faked either.
-    return "".join(_escape(char) for char in text)
+    # the backslash included, so an escape cannot be faked either. Escaping never shortens a
+    # character, so only the head that can still show is escaped.
+    escaped = [_escape(char) for char in text[: MAX_CELL_WIDTH + 1]]
+    if len(text) <= MAX_CELL_WIDTH and sum(map(len, escaped)) <= MAX_CELL_WIDTH:
+        return "".join(escaped)
+    return _cut(text, escaped)
+
+
+def _cut(text: str, escaped: list[str]) -> str:
+    """The escaped head of ``text`` that fits :data:`MAX_CELL_WIDTH` with the cut's mark."""
+    room = MAX_CELL_WIDTH - len(CUT_MARK) - len(str(len(text))) - 1  # the count and ")"
+    width = 0
+    kept = 0
+    for piece in escaped:
+        if width + len(piece) > room:
+            break
+        width += len(piece)
+        kept += 1
+    return f"{''.join(escaped[:kept])}{CUT_MARK}{len(text) - kept})"
 
 
 _NAMED_ESCAPES = {

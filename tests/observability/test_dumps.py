@@ -266,3 +266,33 @@ def test_client_text_cannot_change_the_shape_of_a_text_dump() -> None:
     rendered = Dump(("A", "B"), (("u\u2028fake\u202e", "a\\tb"),)).text()
     assert len(rendered.splitlines()) == 2
     assert "u\\u2028fake\\u202e" in rendered and "a\\\\tb" in rendered
+
+
+async def test_one_long_client_value_cannot_blow_up_a_text_dump() -> None:
+    # Every row is padded to its column's widest cell, and a client chooses some cells: one
+    # 60 kB path made every row 60 kB wide (315 MB of text from a busy limiter). A text cell
+    # is cut at MAX_CELL_WIDTH, marked with how much was left out; the JSON rows keep it all.
+    from apf_limiter import RequestDigest
+    from apf_limiter.observability._dumps import CUT_MARK, MAX_CELL_WIDTH
+    from tests.helpers import single_level_config
+
+    limiter = Limiter(single_level_config(limit=1, queue_length_limit=200), clock=FakeClock())
+    long_path = "/" + "p" * 60_000
+    admissions = [limiter.admit(RequestDigest(user="mallory", path=long_path))]
+    assert admissions[0].start()
+    for index in range(100):
+        admission = limiter.admit(RequestDigest(user=f"user{index}", path="/x"))
+        assert not admission.start()
+        admissions.append(admission)
+    dump = dump_requests(limiter, include_details=True)
+    text = dump.text()
+    lines = text.splitlines()
+    assert len(lines) == 102
+    widest = max(len(line) for line in lines)
+    # 18 columns at most MAX_CELL_WIDTH wide each (plus ",\t" padding): far below 60 kB.
+    assert widest <= len(dump.columns) * (MAX_CELL_WIDTH + 2)
+    assert len(text) < 102 * widest + 102
+    assert f"{CUT_MARK}{60_001 - (MAX_CELL_WIDTH - len(CUT_MARK) - 6)})" in text
+    assert any(row["APIPath"] == long_path for row in dump.json_rows())
+    for admission in admissions:
+        admission.release()
