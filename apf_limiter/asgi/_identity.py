@@ -81,6 +81,31 @@ def route_path(scope: Scope) -> str:
     return path
 
 
+def remove_dot_segments(path: str) -> str:
+    """``path`` without ``.`` and ``..`` segments, as RFC 3986 (section 5.2.4) removes them.
+
+    Classification matches ``nonResourceURLs`` against this, not the raw path: otherwise
+    ``/healthz/../../api/x`` (or ``/healthz/%2e%2e/api/x``, which servers percent-decode into
+    the same) matches an exempt ``/healthz/*`` rule, and an application with a catch-all route
+    serves it without admission. ``..`` never climbs above the root.
+    """
+    if "/." not in path:
+        return path  # the common case: a dot segment always follows a slash
+    segments = path.split("/")
+    rooted = not segments[0]  # ASGI paths start with "/"
+    kept: list[str] = []
+    for segment in segments[1:] if rooted else segments:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    normalized = ("/" if rooted else "") + "/".join(kept)
+    if segments[-1] in (".", "..") and kept:
+        normalized += "/"  # "/a/b/.." is the directory "/a/"
+    return normalized
+
+
 class ScopeHeaders(Mapping[str, str]):
     """The request headers of a scope as a lower-case name to value mapping, decoded on demand.
 
@@ -171,7 +196,7 @@ def build_digest(
         user,
         groups,
         verb,
-        route_path(scope),
+        remove_dot_segments(route_path(scope)),
         api_group,
         kind,
         subresource,

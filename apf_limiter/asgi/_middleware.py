@@ -8,21 +8,34 @@ touches ``receive``; only a request that has to queue gets a helper task watchin
 client to disconnect
 (:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the response body
 is complete; long-running ones (WebSockets, marked routes) give them back once the response has
-started or the socket is accepted. ``lifespan`` passes through.
+started or the socket is accepted. Every other HTTP request has a deadline and, with a body, a
+minimum body data rate (:mod:`apf_limiter.asgi._deadline`). ``lifespan`` passes through.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
-from collections.abc import Awaitable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Final
+import math
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Final
 
-from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected
-from apf_limiter.asgi._identity import build_digest, default_identify, route_path
-from apf_limiter.asgi._options import Identity, ResourceAttributes, RouteOptions, WorkEstimate
-from apf_limiter.asgi._responses import HeaderNames, send_client_gone, send_rejection, with_headers
+from apf_limiter.asgi._classify import Classifier
+from apf_limiter.asgi._deadline import Deadlines
+from apf_limiter.asgi._expiry import BODY, Expiry
+from apf_limiter.asgi._identity import default_identify, route_path
+from apf_limiter.asgi._options import (
+    RouteOptions,
+    check_timeout,
+)
+from apf_limiter.asgi._responses import (
+    DROPPED,
+    HeaderNames,
+    send_client_gone,
+    send_expired,
+    send_rejection,
+    with_headers,
+)
 from apf_limiter.asgi._routes import RouteLookup
 from apf_limiter.asgi._types import (
     ASGIApp,
@@ -37,7 +50,12 @@ from apf_limiter.asgi._types import (
     Scope,
     Send,
 )
-from apf_limiter.asgi._waiting import ReplayReceive, wait_watching_disconnect
+from apf_limiter.asgi._waiting import (
+    BodyBudget,
+    ReplayReceive,
+    headers_say_body,
+    wait_watching_disconnect,
+)
 from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
 if TYPE_CHECKING:
@@ -85,8 +103,21 @@ class APFMiddleware:
         priority_level_header: Response header naming the priority level; ``None`` for none.
         response_headers: ``False`` turns both APF response headers off.
         max_body_buffer: Bytes of request body kept while a request waits in a queue (to be
-            replayed to the application), each message counting 256 bytes more; past this,
+            replayed to the application), each message counting 256 bytes more: the watcher
+            reads only below this, so it keeps at most this plus one message; then
             disconnects are no longer watched. 0 watches nothing.
+        max_total_body_buffer: Bytes kept by all queued requests together: while they reach
+            it, no queued request reads (nor watches for a disconnect).
+        request_timeout: Seconds from arrival (queue wait included) after which a request
+            that is not long-running is cancelled, its seats returned, and answered 504 (or
+            its response aborted if it started); ``None``: no deadline. Kubernetes'
+            ``--request-timeout`` is 60 s. A route's ``request_timeout`` comes first.
+        request_timeout_by_level: Deadlines by priority-level name (``None``: none), before
+            ``request_timeout``.
+        min_body_rate: Bytes per second a request body must keep up with, after
+            ``body_rate_grace`` seconds of waiting for it; slower, the request is answered
+            408 (as with the deadline). ``None``: no minimum.
+        body_rate_grace: The grace period of ``min_body_rate``, in seconds.
         debug_endpoints: Serve the debug endpoints under ``/debug/api_priority_and_fairness/``
             (bypassing admission), guarded by ``authorize``.
         authorize: ``authorize(scope)``: whether a debug request may be served.
@@ -114,6 +145,11 @@ class APFMiddleware:
         priority_level_header: str | None = "X-APF-Priority-Level",
         response_headers: bool = True,
         max_body_buffer: int = 65536,
+        max_total_body_buffer: int = 16 * 1024 * 1024,
+        request_timeout: float | None = 60.0,
+        request_timeout_by_level: Mapping[str, float | None] | None = None,
+        min_body_rate: float | None = 240.0,
+        body_rate_grace: float = 5.0,
         debug_endpoints: bool = False,
         authorize: AuthorizeHook | None = None,
     ) -> None:
@@ -121,19 +157,25 @@ class APFMiddleware:
             raise ValueError("give APFMiddleware a limiter or a config, not both")
         if wait_limit is not None:
             check_wait_limit(wait_limit)
-        if isinstance(max_body_buffer, bool) or not isinstance(max_body_buffer, int):
-            raise ValueError(f"max_body_buffer must be an integer, got {max_body_buffer!r}")
-        if max_body_buffer < 0:
-            raise ValueError(f"max_body_buffer must not be negative, got {max_body_buffer!r}")
+        _check_bytes("max_body_buffer", max_body_buffer)
+        _check_bytes("max_total_body_buffer", max_total_body_buffer)
+        levels = {
+            name: _seconds("request_timeout_by_level", timeout)
+            for name, timeout in (request_timeout_by_level or {}).items()
+        }
+        if min_body_rate is not None:
+            check_timeout("min_body_rate", min_body_rate)  # a positive number, like a time
+        check_timeout("body_rate_grace", body_rate_grace)
         self.app = app
         self._owns_limiter = limiter is None
         self._limiter = limiter if limiter is not None else Limiter(config)
-        self._identify: IdentifyHook = identify if identify is not None else default_identify
-        self._resolve = resolve
-        self._estimate = estimate
-        self._long_running = long_running
-        self._more_hooks = resolve is not None or estimate is not None or long_running is not None
-        self._routes = RouteLookup(paths, app)
+        self._classify = Classifier(
+            identify if identify is not None else default_identify,
+            resolve,
+            estimate,
+            long_running,
+            RouteLookup(paths, app),
+        ).classify
         self._on_reject = on_reject
         self._wait_limit = wait_limit
         self._headers = HeaderNames(
@@ -142,6 +184,16 @@ class APFMiddleware:
         )
         self._headers_enabled = self._headers.enabled
         self._max_body_buffer = max_body_buffer
+        self._body_budget = BodyBudget(max_total_body_buffer)
+        self._times_bodies = min_body_rate is not None
+        # Kept even with every timeout off: a marked route may still set one.
+        self._deadlines = Deadlines(
+            self._limiter.clock,
+            _seconds("request_timeout", request_timeout),
+            levels,
+            min_body_rate,
+            body_rate_grace,
+        )
         self._debug_app: ASGIApp | None = None
         if debug_endpoints:
             self._debug_app = _load_debug_app(self._limiter, authorize)
@@ -168,126 +220,97 @@ class APFMiddleware:
         classified = self._classify(scope)
         if not isinstance(classified, tuple):
             classified = await classified  # a hook returned an awaitable
-        digest, long_running = classified
+        digest, long_running, timeout = classified
         admission = Admission(self._limiter, digest, self._wait_limit)
         try:
             admitted = admission.start()  # never waits: the fast path ends here
         except Rejected as rejected:
             await self._reject(scope, receive, send, rejected)
             return
-        replay: ReplayReceive | None = None  # set only for a request that waited
-        if not admitted:
-            # An "Expect: 100-continue" client uploads its body only once the server reads
-            # it (servers send "100 Continue" at the first receive()): reading to watch for
-            # a disconnect would have it upload a body that may be refused after the wait.
-            # Kubernetes, too, reads no body before admission.
-            watch = 0 if _expects_continue(scope) else self._max_body_buffer
+        expiry: Expiry | None = None
+        if not long_running and kind == "http":
+            deadlines = self._deadlines
             try:
-                waited = await wait_watching_disconnect(admission, receive, watch)
+                expiry = deadlines.track(admission, scope, receive, timeout)
             except BaseException:
-                # Cancelled (an outer timeout, the server) while waiting, or in the instant
-                # after the seats came, as the watcher winds down: leave the queue, or give
-                # the seats back, unrun (whichever applies, once).
-                admission.release(ran=False)
+                admission.release(ran=False)  # no event loop it knows, say: the seats go back
                 raise
-            if waited.rejected is not None:
-                await self._reject(scope, waited.receive, send, waited.rejected)
-                return
-            if waited.disconnected:
-                # Out of its queue already, or dispatched in the same instant the client left:
-                # the app never ran, so no additional latency is held either.
-                admission.release(ran=False)
-                await self._client_gone(scope, send, admission)
-                return
-            receive = waited.receive
-            if type(receive) is ReplayReceive:
-                replay = receive
+            if expiry is not None and self._times_bodies:
+                receive = expiry.receive  # timed for the minimum rate, if there is a body
+        replay: ReplayReceive | None = None  # set only for a request that waited
         try:
-            state = scope.get("state")
-            if state is None:
-                state = scope["state"] = {}
-            state["apf"] = admission
-            await self.app(scope, receive, self._sender(send, admission, long_running))
+            app_receive: Receive | None = receive
+            if not admitted:
+                app_receive = await self._wait(scope, receive, send, admission, expiry)
+                if type(app_receive) is ReplayReceive:
+                    replay = app_receive
+            if app_receive is not None:
+                state = scope.get("state")
+                if state is None:
+                    state = scope["state"] = {}
+                state["apf"] = admission
+                sender = self._sender(send, admission, long_running, expiry)
+                await self.app(scope, app_receive, sender)
+        except BaseException as error:
+            # Expired: the cancellation it caused ends here (the seats went back already).
+            if expiry is None or not expiry.finish(error):
+                raise
+        else:
+            if expiry is not None:
+                expiry.finish(None)
         finally:
             admission.release()
             if replay is not None:
-                replay.close()  # a receive() handed over from the wait, never awaited
+                replay.close()  # kept messages not replayed, a receive() never awaited
+        if expiry is not None and expiry.reason is not None and not expiry.started:
+            headers = self._headers.headers(admission.flow_schema, admission.priority_level)
+            await send_expired(scope, send, 408 if expiry.reason == BODY else 504, headers)
+        # Expired after the response started: it ends unfinished, the server closes the
+        # connection (there is no other way to abort a response in ASGI).
 
-    def _classify(
-        self, scope: Scope
-    ) -> tuple[RequestDigest, bool] | Coroutine[Any, Any, tuple[RequestDigest, bool]]:
-        """The digest and long-running flag, or a coroutine for them once a hook must be awaited.
-
-        Synchronous while every hook answers synchronously (the default identity and no other
-        hooks, the common case): a coroutine per request would cost more than the rest of it.
-        """
-        # Typed as object: the checks below give the useful error for a wrong return type.
-        identity: Any = self._identify(scope)
-        # Test the common (synchronous) outcomes first: isawaitable() is comparatively slow.
-        if identity is not None and type(identity) is not Identity:
-            if inspect.isawaitable(identity):
-                return self._classify_awaiting(scope, identity)
-            _check_identity(identity)
-        if self._more_hooks:
-            return self._classify_awaiting(scope, identity)
-        return self._classified(scope, identity, None, None, None)
-
-    async def _classify_awaiting(self, scope: Scope, identity: Any) -> tuple[RequestDigest, bool]:
-        """:meth:`_classify` past the default: hooks that may return awaitables."""
-        if inspect.isawaitable(identity):
-            identity = await identity
-            _check_identity(identity)
-        resource: ResourceAttributes | None = None
-        if self._resolve is not None:
-            resolved: Any = self._resolve(scope)
-            if inspect.isawaitable(resolved):
-                resolved = await resolved
-            if resolved is not None and not isinstance(resolved, ResourceAttributes):
-                raise TypeError(
-                    f"resolve() must return ResourceAttributes or None, got {resolved!r}"
-                )
-            resource = resolved
-        estimate: WorkEstimate | None = None
-        if self._estimate is not None:
-            estimated: Any = self._estimate(scope)
-            if inspect.isawaitable(estimated):
-                estimated = await estimated
-            if isinstance(estimated, int) and not isinstance(estimated, bool):
-                estimated = WorkEstimate(estimated)
-            elif estimated is not None and not isinstance(estimated, WorkEstimate):
-                raise TypeError(
-                    f"estimate() must return a WorkEstimate, an int or None, got {estimated!r}"
-                )
-            estimate = estimated
-        long_running: bool | None = None
-        if self._long_running is not None:
-            marked: Any = self._long_running(scope)
-            if inspect.isawaitable(marked):
-                marked = await marked
-            if marked is not None and not isinstance(marked, bool):
-                raise TypeError(f"long_running() must return a bool or None, got {marked!r}")
-            long_running = marked
-        return self._classified(scope, identity, resource, estimate, long_running)
-
-    def _classified(
+    async def _wait(
         self,
         scope: Scope,
-        identity: Identity | None,
-        resource: ResourceAttributes | None,
-        estimate: WorkEstimate | None,
-        long_running: bool | None,
-    ) -> tuple[RequestDigest, bool]:
-        """Fill in what the hooks left open from the route settings, then build the digest."""
-        if estimate is None or long_running is None:
-            options = self._routes.lookup(scope)
-            if options is not None:
-                if estimate is None:
-                    estimate = options.estimate
-                if long_running is None and options.long_running:
-                    long_running = True
-        if long_running is None:
-            long_running = scope["type"] == "websocket"
-        return build_digest(scope, identity, resource, estimate), long_running
+        receive: Receive,
+        send: Send,
+        admission: Admission,
+        expiry: Expiry | None,
+    ) -> Receive | None:
+        """Wait in a queue, watching for a disconnect: the app's ``receive``, or ``None``."""
+        watch = self._max_body_buffer
+        if watch and scope["type"] == "http":
+            # An "Expect: 100-continue" client uploads its body only once the server reads
+            # it (servers send "100 Continue" at the first receive()): reading to watch for
+            # a disconnect would have it upload a body that may be refused after the wait.
+            # Kubernetes, too, reads no body before admission. Without a body, reading
+            # costs the client nothing and notices a departure.
+            body, expects_continue = headers_say_body(scope)
+            if body and expects_continue:
+                watch = 0
+        try:
+            waited = await wait_watching_disconnect(admission, receive, watch, self._body_budget)
+        except BaseException:
+            # Cancelled (a deadline, an outer timeout, the server) while waiting, or in the
+            # instant after the seats came, as the watcher winds down: leave the queue, or
+            # give the seats back, unrun (whichever applies, once).
+            admission.release(ran=False)
+            raise
+        if waited.rejected is None and not waited.disconnected:
+            return waited.receive
+        if expiry is not None:
+            expiry.disarm()  # answered here, not by the deadline
+        try:
+            if waited.rejected is not None:
+                await self._reject(scope, waited.receive, send, waited.rejected)
+            else:
+                # Out of its queue already, or dispatched in the same instant the client
+                # left: the app never ran, so no additional latency is held either.
+                admission.release(ran=False)
+                await self._client_gone(scope, send, admission)
+        finally:
+            if type(waited.receive) is ReplayReceive:
+                waited.receive.close()
+        return None
 
     async def _client_gone(self, scope: Scope, send: Send, admission: Admission) -> None:
         headers = self._headers.headers(admission.flow_schema, admission.priority_level)
@@ -297,7 +320,9 @@ class APFMiddleware:
         headers = self._headers.headers(rejected.flow_schema, rejected.priority_level)
         await send_rejection(scope, receive, send, rejected, headers, self._on_reject)
 
-    def _sender(self, send: Send, admission: Admission, long_running: bool) -> Send:
+    def _sender(
+        self, send: Send, admission: Admission, long_running: bool, expiry: Expiry | None
+    ) -> Send:
         extra = None
         if self._headers_enabled:
             extra = self._headers.headers(admission.flow_schema, admission.priority_level)
@@ -308,7 +333,11 @@ class APFMiddleware:
         # writes it; an error in that write changes nothing, release is idempotent.
         def send_and_release(message: Message) -> Awaitable[None]:
             kind = message["type"]
+            if expiry is not None and expiry.reason is not None:
+                return DROPPED  # expired: being cancelled, nothing more goes out
             if kind in _STARTS:
+                if expiry is not None:
+                    expiry.started = True  # expiring now aborts the response
                 if long_running:
                     admission.release()
                 return send(with_headers(message, extra) if extra else message)
@@ -334,16 +363,19 @@ class APFMiddleware:
         return f"<APFMiddleware {self._limiter!r} app={self.app!r}>"
 
 
-def _check_identity(identity: object) -> None:
-    if identity is not None and not isinstance(identity, Identity):
-        raise TypeError(f"identify() must return an Identity or None, got {identity!r}")
+def _check_bytes(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, got {value!r}")
 
 
-def _expects_continue(scope: Scope) -> bool:
-    for name, value in scope.get("headers") or ():
-        if name.lower() == b"expect" and value.lower() == b"100-continue":
-            return True
-    return False
+def _seconds(name: str, timeout: float | None) -> float:
+    """A deadline option as seconds, ``None`` (no deadline) as ``math.inf``."""
+    if timeout is None:
+        return math.inf
+    check_timeout(name, timeout)
+    return float(timeout)
 
 
 def _is_debug_path(path: str) -> bool:

@@ -3,12 +3,14 @@
 * :class:`Identity` — who sent a request (``identify=`` hook).
 * :class:`ResourceAttributes` — what resource a request acts on (``resolve=`` hook).
 * :class:`WorkEstimate` — how many seats a request takes (``estimate=`` hook).
-* :class:`RouteOptions` and :func:`route_options` — per-route settings: a work estimate and
-  whether the route is long-running, attached to an endpoint or given per path.
+* :class:`RouteOptions` and :func:`route_options` — per-route settings: a work estimate,
+  whether the route is long-running and its request deadline, attached to an endpoint or given
+  per path.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -19,6 +21,22 @@ from apf_limiter._digest import check_estimate
 ROUTE_OPTIONS_ATTRIBUTE = "__apf_route_options__"
 
 _E = TypeVar("_E")
+
+
+def check_timeout(name: str, value: object) -> None:
+    """Refuse a value that cannot be a timeout (or a rate): a positive number, ``math.inf`` too.
+
+    Args:
+        name: The option's name, for the message.
+        value: The value given.
+
+    Raises:
+        ValueError: If ``value`` is not a positive number.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +119,7 @@ class WorkEstimate:
 
 @dataclass(frozen=True, slots=True)
 class RouteOptions:
-    """Per-route settings: a work estimate and whether the route is long-running.
+    """Per-route settings: a work estimate, whether the route is long-running, its deadline.
 
     Attach them to an endpoint with :func:`route_options`, or give them per path with the
     middleware's ``paths=`` mapping.
@@ -112,16 +130,22 @@ class RouteOptions:
         additional_latency: Seconds the request's seats stay held after the response.
         long_running: Whether the route is long-running (server-sent events, long polls):
             its requests are admitted fairly, then release their seats once the response has
-            started.
+            started. Long-running requests have no request deadline.
+        request_timeout: Seconds the route's requests may take from arrival (queue wait
+            included) before they are cancelled; ``None`` keeps the middleware's setting (per
+            priority level, else ``request_timeout``), ``math.inf`` means no deadline.
     """
 
     seats: int | None = None
     final_seats: int = 0
     additional_latency: float = 0.0
     long_running: bool = False
+    request_timeout: float | None = None
 
     def __post_init__(self) -> None:
         check_estimate(self.seats, self.final_seats, self.additional_latency)
+        if self.request_timeout is not None:
+            check_timeout("request_timeout", self.request_timeout)
 
     @property
     def estimate(self) -> WorkEstimate | None:
@@ -137,6 +161,7 @@ def route_options(
     final_seats: int = 0,
     additional_latency: float = 0.0,
     long_running: bool = False,
+    request_timeout: float | None = None,
 ) -> Callable[[_E], _E]:
     """Mark an endpoint (a function or an endpoint class) with :class:`RouteOptions`.
 
@@ -151,11 +176,16 @@ def route_options(
         @route_options(long_running=True)
         async def events(request: Request) -> StreamingResponse: ...
 
+        @route_options(request_timeout=300)  # a slow export: 5 minutes, not the default 60 s
+        async def export_all(request: Request) -> Response: ...
+
     Args:
         seats: Seats the route's requests take (at least 1); ``None`` keeps the default.
         final_seats: Seats for work caused after the response (see :class:`WorkEstimate`).
         additional_latency: Seconds the request's seats stay held after the response.
         long_running: Whether the route releases its seats once the response has started.
+        request_timeout: The route's request deadline in seconds (``math.inf``: none);
+            ``None`` keeps the middleware's.
 
     Returns:
         A decorator that returns the endpoint itself, marked.
@@ -163,7 +193,7 @@ def route_options(
     Raises:
         ValueError: If a number is out of range.
     """
-    options = RouteOptions(seats, final_seats, additional_latency, long_running)
+    options = RouteOptions(seats, final_seats, additional_latency, long_running, request_timeout)
 
     def mark(endpoint: _E) -> _E:
         target = getattr(endpoint, "__func__", endpoint)  # a bound method: mark its function

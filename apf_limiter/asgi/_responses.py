@@ -5,13 +5,19 @@ dropped-requests tracker, via :attr:`Rejected.retry_after`) and the JSON body
 ``{"detail": "Too many requests, please try again later."}``. A rejected WebSocket gets the same
 429 where the server supports the ASGI WebSocket denial-response extension, else it is closed
 before accept with code 1013 (try again later). An ``on_reject`` hook replaces the response.
+
+A request whose deadline passed before its response started gets ``504 Gateway Timeout`` (as
+Kubernetes' timeout filter answers), one whose body came in too slowly ``408 Request
+Timeout`` (as Kestrel and nginx answer); both close an HTTP/1 connection, whose request body
+was not read to its end.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from typing import Final
+from collections.abc import Generator
+from typing import Any, Final
 
 from apf_limiter._errors import Rejected
 from apf_limiter.asgi._types import Message, Receive, RejectHook, Scope, Send
@@ -20,6 +26,10 @@ from apf_limiter.asgi._types import Message, Receive, RejectHook, Scope, Send
 REJECTION_DETAIL: Final = "Too many requests, please try again later."
 #: The WebSocket close code of a rejection when no denial response is possible.
 WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
+#: The body of the 504 answered when a request's deadline passed.
+DEADLINE_DETAIL: Final = "The request did not complete within its deadline."
+#: The body of the 408 answered when a request's body came in too slowly.
+BODY_RATE_DETAIL: Final = "The request body arrived too slowly."
 
 _BODY: Final = json.dumps({"detail": REJECTION_DETAIL}, separators=(",", ":")).encode()
 _DENIAL_EXTENSION: Final = "websocket.http.response"
@@ -175,3 +185,49 @@ async def send_rejection(
         }
     )
     await send({"type": prefix + "http.response.body", "body": _BODY})
+
+
+class _Done:
+    """An awaitable that is already complete."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())  # type: ignore[return-value]
+
+
+#: What the middleware's ``send`` returns for a message it drops (its request expired).
+DROPPED: Final = _Done()
+
+
+def _json(detail: str) -> bytes:
+    return json.dumps({"detail": detail}, separators=(",", ":")).encode()
+
+
+_EXPIRED_BODIES: Final = {504: _json(DEADLINE_DETAIL), 408: _json(BODY_RATE_DETAIL)}
+
+
+async def send_expired(
+    scope: Scope, send: Send, status: int, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Answer an HTTP request that expired before its response started: 504 or 408.
+
+    Args:
+        scope: The request's ``http`` scope.
+        send: The server's ``send``.
+        status: 504 (the request deadline passed) or 408 (the body came in too slowly).
+        headers: The APF headers to add to the response.
+    """
+    body = _EXPIRED_BODIES[status]
+    pairs = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode("ascii")),
+        *headers,
+    ]
+    if str(scope.get("http_version", "1.1")).startswith("1"):
+        pairs.append((b"connection", b"close"))  # the rest of the body was never read
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": pairs})
+        await send({"type": "http.response.body", "body": body})
+    except Exception:
+        pass  # the client may be gone (a server raises what it likes then): nothing to do

@@ -13,7 +13,12 @@ reads ``receive()``:
 Once the kept messages reach ``max_buffer`` bytes (each body's length plus a fixed charge per
 message, so that a flood of tiny or empty messages is bounded too) the helper stops reading:
 the rest of the body stays with the server (flow control pushes back on the client) and the
-request waits on without disconnect detection.
+request waits on without disconnect detection. The helper reads only below the bound, so it
+keeps at most ``max_buffer`` bytes plus one message (whose size the server decides). The
+queued requests of one middleware also share a :class:`BodyBudget`: while their kept bytes
+together reach its limit, none reads any more (a request that starts waiting then is not
+watched at all); bytes go back to the budget as the application is handed the kept messages,
+or when they are dropped.
 
 When the wait ends, a ``receive()`` the helper has in flight is cancelled once the body is
 complete: then only a disconnect could come, and every server's wait for it is cancel-safe.
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 import anyio
 
 from apf_limiter._errors import Rejected
-from apf_limiter.asgi._types import Message, Receive
+from apf_limiter.asgi._types import Message, Receive, Scope
 from apf_limiter.limiter import Admission
 
 _DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
@@ -43,6 +48,91 @@ _DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
 #: Bytes charged per kept message on top of its body: about what CPython spends on the
 #: message dict and its bytes object (~190 B measured for a one-byte chunk), rounded up.
 MESSAGE_OVERHEAD = 256
+
+
+def charge(message: Message) -> int:
+    """The bytes a kept message counts: its body (or WebSocket data) plus the overhead."""
+    data = message.get("body") or message.get("bytes") or message.get("text") or b""
+    return len(data) + MESSAGE_OVERHEAD
+
+
+class BodyBudget:
+    """The bytes kept by all queued requests of one middleware, against a limit.
+
+    Args:
+        limit: Kept bytes at which no queued request reads any more.
+
+    Attributes:
+        kept: Bytes kept now (each message charged as :func:`charge` says).
+        peak: The most ever kept at once (for tests and measurements).
+        largest: The largest message ever kept (its charge).
+    """
+
+    __slots__ = ("limit", "kept", "peak", "largest")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = 0
+        self.peak = 0
+        self.largest = 0
+
+    def take(self, size: int) -> None:
+        """Count ``size`` more bytes kept (one message's)."""
+        kept = self.kept = self.kept + size
+        self.peak = max(self.peak, kept)
+        self.largest = max(self.largest, size)
+
+    def give_back(self, messages: deque[Message]) -> None:
+        """The kept ``messages`` are dropped: their bytes go back (and the deque is emptied)."""
+        for message in messages:
+            self.kept -= charge(message)
+        messages.clear()
+
+
+def headers_say_body(scope: Scope) -> tuple[bool, bool]:
+    """Whether a request declares a body, and whether it expects ``100 Continue`` for it.
+
+    A body is declared by ``Content-Length`` above 0 or any ``Transfer-Encoding``. ``Expect``
+    is a comma-separated list (RFC 9110), matched without regard to case or spaces.
+
+    Args:
+        scope: An ``http`` scope (ASGI header names are lower-case).
+
+    Returns:
+        ``(body, continue)``.
+    """
+    body = expect = False
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            body = body or _positive(value)
+        elif name == b"transfer-encoding":
+            body = True
+        elif name == b"expect":
+            expect = expect or any(
+                item.strip().lower() == b"100-continue" for item in value.split(b",")
+            )
+    return body, expect
+
+
+def body_expected(scope: Scope) -> bool:
+    """Whether an HTTP request may have a body (a cheap check, made on every request).
+
+    HTTP/1 requests declare theirs (``Content-Length`` above 0, ``Transfer-Encoding``); an
+    HTTP/2 or HTTP/3 request may have one without either.
+    """
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            return _positive(value)
+        if name == b"transfer-encoding":
+            return True
+    return not str(scope.get("http_version", "1.1")).startswith("1")
+
+
+def _positive(content_length: bytes) -> bool:
+    try:
+        return int(content_length) > 0
+    except ValueError:
+        return True  # unparsable: the server decides; it may be a body
 
 
 class ReplayReceive:
@@ -55,7 +145,7 @@ class ReplayReceive:
             raised again after the kept messages.
     """
 
-    __slots__ = ("_messages", "_receive", "_error", "_pending")
+    __slots__ = ("_messages", "_receive", "_error", "_pending", "_budget")
 
     def __init__(
         self,
@@ -63,16 +153,21 @@ class ReplayReceive:
         receive: Receive,
         error: BaseException | None,
         pending: asyncio.Future[Message] | None = None,
+        budget: BodyBudget | None = None,
     ) -> None:
         self._messages = messages
         self._receive = receive
         self._error = error
         self._pending = pending
+        self._budget = budget
 
     async def __call__(self) -> Message:
         """Return the next kept message, else the server's next message."""
         if self._messages:
-            return self._messages.popleft()
+            message = self._messages.popleft()
+            if self._budget is not None:
+                self._budget.kept -= charge(message)
+            return message
         error = self._error
         if error is not None:
             self._error = None
@@ -86,13 +181,18 @@ class ReplayReceive:
         return await self._receive()
 
     def close(self) -> None:
-        """Cancel a handed-over ``receive()`` the application never awaited (it is done)."""
-        pending = self._pending
-        if pending is not None:
-            self._pending = None
-            pending.cancel()
-            if pending.done() and not pending.cancelled():
-                pending.exception()  # retrieved: no "exception was never retrieved" warning
+        """The request is done: drop what was not replayed, cancel a call never awaited."""
+        if self._budget is not None:
+            self._budget.give_back(self._messages)
+        _cancel(self._pending)
+        self._pending = None
+
+
+def _cancel(pending: asyncio.Future[Message] | None) -> None:
+    if pending is not None:
+        pending.cancel()
+        if pending.done() and not pending.cancelled():
+            pending.exception()  # retrieved: no "exception was never retrieved" warning
 
 
 @dataclass(slots=True)
@@ -116,6 +216,7 @@ class _Watcher:
     __slots__ = (
         "receive",
         "max_buffer",
+        "budget",
         "messages",
         "disconnected",
         "error",
@@ -125,9 +226,10 @@ class _Watcher:
         "handed_over",
     )
 
-    def __init__(self, receive: Receive, max_buffer: int) -> None:
+    def __init__(self, receive: Receive, max_buffer: int, budget: BodyBudget) -> None:
         self.receive = receive
         self.max_buffer = max_buffer
+        self.budget = budget
         self.messages: deque[Message] = deque()
         self.disconnected = False
         self.error: BaseException | None = None
@@ -141,8 +243,10 @@ class _Watcher:
 
     async def run(self) -> None:
         kept = 0
+        budget = self.budget
         detach = _running_asyncio()
-        while kept < self.max_buffer:
+        # Read only below both bounds: at most one message goes past either.
+        while kept < self.max_buffer and budget.kept < budget.limit:
             try:
                 if detach:
                     pending = self.pending = asyncio.ensure_future(_call(self.receive))
@@ -165,7 +269,9 @@ class _Watcher:
                     self.scope.cancel()
                 return
             self.messages.append(message)
-            kept += _size(message) + MESSAGE_OVERHEAD
+            size = charge(message)
+            kept += size
+            budget.take(size)
             if kind == "websocket.connect" or not message.get("more_body", False):
                 self.complete = True
 
@@ -190,40 +296,45 @@ def _running_asyncio() -> bool:
     return True
 
 
-def _size(message: Message) -> int:
-    data = message.get("body") or message.get("bytes") or message.get("text") or b""
-    return len(data)
-
-
 async def wait_watching_disconnect(
-    admission: Admission, receive: Receive, max_buffer: int
+    admission: Admission, receive: Receive, max_buffer: int, budget: BodyBudget
 ) -> Waited:
     """Wait for a queued admission's seats while watching ``receive`` for a disconnect.
 
     Args:
         admission: An admission whose :meth:`~Admission.start` returned ``False``.
         receive: The server's ``receive``.
-        max_buffer: Bytes to keep at most before the watching stops (each message's body
-            plus :data:`MESSAGE_OVERHEAD`); 0 watches nothing: ``receive`` is not called.
+        max_buffer: Bytes below which the watcher reads (each message counts its body plus
+            :data:`MESSAGE_OVERHEAD`): it keeps at most this plus one message; 0 watches
+            nothing (``receive`` is not called).
+        budget: The bytes kept by all queued requests together: none reads past its limit.
 
     Returns:
-        How the wait ended. Exceptions other than :class:`Rejected` (a cancellation of the
+        How the wait ended; its ``receive`` is a :class:`ReplayReceive` (to be closed) when
+        messages were kept. Exceptions other than :class:`Rejected` (a cancellation of the
         request's task, say) propagate after the request left its queue.
     """
-    watcher = _Watcher(receive, max_buffer)
+    watcher = _Watcher(receive, max_buffer, budget)
     entered = False
     rejected: Rejected | None = None
     pending: asyncio.Future[Message] | None = None
-    async with anyio.create_task_group() as group:
-        watcher.scope = group.cancel_scope
-        group.start_soon(watcher.run)
-        try:
-            await admission.wait()
-            entered = True
-        except Rejected as exc:
-            rejected = exc
-        pending = watcher.hand_over(entered)
-        group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            watcher.scope = group.cancel_scope
+            group.start_soon(watcher.run)
+            try:
+                await admission.wait()
+                entered = True
+            except Rejected as exc:
+                rejected = exc
+            pending = watcher.hand_over(entered)
+            group.cancel_scope.cancel()
+    except BaseException:
+        # Cancelled (a deadline, the server) as the wait ended: nobody replays what was kept,
+        # nor awaits a receive() handed over.
+        budget.give_back(watcher.messages)
+        _cancel(pending)
+        raise
     if watcher.messages or watcher.error is not None or pending is not None:
-        receive = ReplayReceive(watcher.messages, receive, watcher.error, pending)
+        receive = ReplayReceive(watcher.messages, receive, watcher.error, pending, budget)
     return Waited(entered, rejected, watcher.disconnected, receive)

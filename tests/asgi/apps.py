@@ -138,6 +138,14 @@ def _handlers(probe: Probe) -> dict[str, Any]:
 
         return StreamingResponse(body(), media_type="text/event-stream")
 
+    async def firehose(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            chunk = b"x" * 65536
+            while True:  # until the client stops reading and the deadline ends it
+                yield chunk
+
+        return StreamingResponse(body(), media_type="application/octet-stream")
+
     @route_options(seats=3)
     async def heavy(request: Request) -> Response:
         return JSONResponse({"seats": request.state.apf.seats})
@@ -157,6 +165,7 @@ def _handlers(probe: Probe) -> dict[str, Any]:
         "/upload": upload,
         "/boom": boom,
         "/stream": stream,
+        "/firehose": firehose,
         "/events": events,
         "/heavy": heavy,
         "/ws": websocket,
@@ -188,10 +197,15 @@ def make_app(flavour: Flavour, probe: Probe, **middleware: Any) -> Starlette:
     return app
 
 
-def limiter_of(app: Starlette) -> Limiter:
-    """The limiter of the ``APFMiddleware`` of a started app."""
+def middleware_of(app: Starlette) -> APFMiddleware:
+    """The ``APFMiddleware`` of a started app."""
     stack: Any = app.middleware_stack
     while stack is not None and not isinstance(stack, APFMiddleware):
         stack = getattr(stack, "app", None)
     assert isinstance(stack, APFMiddleware), "the app has not started"
-    return stack.limiter
+    return stack
+
+
+def limiter_of(app: Starlette) -> Limiter:
+    """The limiter of the ``APFMiddleware`` of a started app."""
+    return middleware_of(app).limiter

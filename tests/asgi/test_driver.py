@@ -397,7 +397,9 @@ async def test_expect_100_continue_is_not_answered_while_queued() -> None:
     held = await _occupy(limiter)
     driver = Driver(_body(b"payload", False))
     app = RecordingApp(reads=1)
-    scope = http_scope(method="POST", headers=[(b"expect", b"100-continue")])
+    scope = http_scope(
+        method="POST", headers=[(b"expect", b"100-continue"), (b"content-length", b"7")]
+    )
     task = asyncio.create_task(
         APFMiddleware(app, limiter=limiter)(scope, driver.receive, driver.send)
     )

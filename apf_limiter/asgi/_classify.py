@@ -1,0 +1,135 @@
+"""Classifying a request for the middleware: its digest, long-running flag and route deadline.
+
+The hooks (``identify``, ``resolve``, ``estimate``, ``long_running``) run first; what they
+leave open comes from the route settings (:mod:`apf_limiter.asgi._routes`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Coroutine
+from typing import Any
+
+from apf_limiter._digest import RequestDigest
+from apf_limiter.asgi._identity import build_digest
+from apf_limiter.asgi._options import Identity, ResourceAttributes, WorkEstimate
+from apf_limiter.asgi._routes import RouteLookup
+from apf_limiter.asgi._types import (
+    EstimateHook,
+    IdentifyHook,
+    LongRunningHook,
+    ResolveHook,
+    Scope,
+)
+
+#: A request's digest, whether it is long-running, and its route's deadline (``None``: unset).
+Classified = tuple[RequestDigest, bool, float | None]
+
+
+class Classifier:
+    """Runs the hooks and the route lookup for each request.
+
+    Args:
+        identify: The ``identify`` hook (the default identity when none is given).
+        resolve: The ``resolve`` hook, or ``None``.
+        estimate: The ``estimate`` hook, or ``None``.
+        long_running: The ``long_running`` hook, or ``None``.
+        routes: The route settings.
+    """
+
+    __slots__ = ("_identify", "_resolve", "_estimate", "_long_running", "_more_hooks", "_routes")
+
+    def __init__(
+        self,
+        identify: IdentifyHook,
+        resolve: ResolveHook | None,
+        estimate: EstimateHook | None,
+        long_running: LongRunningHook | None,
+        routes: RouteLookup,
+    ) -> None:
+        self._identify = identify
+        self._resolve = resolve
+        self._estimate = estimate
+        self._long_running = long_running
+        self._more_hooks = resolve is not None or estimate is not None or long_running is not None
+        self._routes = routes
+
+    def classify(self, scope: Scope) -> Classified | Coroutine[Any, Any, Classified]:
+        """Digest, long-running flag and route deadline (or a coroutine, when a hook awaits).
+
+        Synchronous while every hook answers synchronously (the default identity and no other
+        hooks, the common case): a coroutine per request would cost more than the rest of it.
+        """
+        # Typed as object: the checks below give the useful error for a wrong return type.
+        identity: Any = self._identify(scope)
+        # Test the common (synchronous) outcomes first: isawaitable() is comparatively slow.
+        if identity is not None and type(identity) is not Identity:
+            if inspect.isawaitable(identity):
+                return self._classify_awaiting(scope, identity)
+            _check_identity(identity)
+        if self._more_hooks:
+            return self._classify_awaiting(scope, identity)
+        return self._classified(scope, identity, None, None, None)
+
+    async def _classify_awaiting(self, scope: Scope, identity: Any) -> Classified:
+        """:meth:`classify` past the default: hooks that may return awaitables."""
+        if inspect.isawaitable(identity):
+            identity = await identity
+            _check_identity(identity)
+        resource: ResourceAttributes | None = None
+        if self._resolve is not None:
+            resolved: Any = self._resolve(scope)
+            if inspect.isawaitable(resolved):
+                resolved = await resolved
+            if resolved is not None and not isinstance(resolved, ResourceAttributes):
+                raise TypeError(
+                    f"resolve() must return ResourceAttributes or None, got {resolved!r}"
+                )
+            resource = resolved
+        estimate: WorkEstimate | None = None
+        if self._estimate is not None:
+            estimated: Any = self._estimate(scope)
+            if inspect.isawaitable(estimated):
+                estimated = await estimated
+            if isinstance(estimated, int) and not isinstance(estimated, bool):
+                estimated = WorkEstimate(estimated)
+            elif estimated is not None and not isinstance(estimated, WorkEstimate):
+                raise TypeError(
+                    f"estimate() must return a WorkEstimate, an int or None, got {estimated!r}"
+                )
+            estimate = estimated
+        long_running: bool | None = None
+        if self._long_running is not None:
+            marked: Any = self._long_running(scope)
+            if inspect.isawaitable(marked):
+                marked = await marked
+            if marked is not None and not isinstance(marked, bool):
+                raise TypeError(f"long_running() must return a bool or None, got {marked!r}")
+            long_running = marked
+        return self._classified(scope, identity, resource, estimate, long_running)
+
+    def _classified(
+        self,
+        scope: Scope,
+        identity: Identity | None,
+        resource: ResourceAttributes | None,
+        estimate: WorkEstimate | None,
+        long_running: bool | None,
+    ) -> Classified:
+        """Fill in what the hooks left open from the route settings, then build the digest."""
+        timeout: float | None = None
+        options = self._routes.lookup(scope)
+        if options is not None:
+            if estimate is None:
+                estimate = options.estimate
+            if long_running is None and options.long_running:
+                long_running = True
+            timeout = options.request_timeout
+        if long_running is None:
+            long_running = scope["type"] == "websocket"
+        return build_digest(scope, identity, resource, estimate), long_running, timeout
+
+
+def _check_identity(identity: object) -> None:
+    if identity is not None and not isinstance(identity, Identity):
+        raise TypeError(f"identify() must return an Identity or None, got {identity!r}")

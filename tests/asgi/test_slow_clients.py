@@ -1,0 +1,160 @@
+"""Slow clients under a real uvicorn server: they cannot keep seats past their deadlines.
+
+Bounded in real time: small deadlines (about a second), every wait capped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import socket
+import time
+
+import httpx
+import pytest
+
+from apf_limiter import Limiter
+from tests.asgi.apps import Probe, level_config, make_app, middleware_of
+from tests.asgi.server import serve, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def _connect(
+    url: str, head: bytes, *, small_buffer: bool = False
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if small_buffer:  # a client that never reads: let the server's writes back up soon
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(head)
+    await writer.drain()
+    return reader, writer
+
+
+async def _status_line(reader: asyncio.StreamReader) -> bytes:
+    return (await asyncio.wait_for(reader.readline(), 5)).strip()
+
+
+async def test_slow_uploaders_lose_their_seats_and_others_are_served_meanwhile() -> None:
+    # Four uploads at 2 B/s took all four seats, and every other flow got 429; now the
+    # minimum body rate (here after a 0.5 s grace period) frees them within a second.
+    limiter = Limiter(level_config(limit=4, wait_limit=10))
+    probe = Probe()
+    app = make_app("starlette", probe, limiter=limiter, body_rate_grace=0.5)
+    head = b"POST /upload HTTP/1.1\r\nhost: t\r\nx-user: slow%d\r\ncontent-length: 100000\r\n\r\n"
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        uploads = [await _connect(url, head % i) for i in range(4)]
+
+        async def trickle(writer: asyncio.StreamWriter) -> None:
+            for _ in range(20):  # 2 B/s, for at most 10 s
+                try:
+                    writer.write(b"x")
+                    await writer.drain()
+                except ConnectionError:
+                    return
+                await asyncio.sleep(0.5)
+
+        trickles = [asyncio.create_task(trickle(w)) for _, w in uploads]
+        await wait_until(lambda: limiter.statistics().executing_requests == 4)
+        started = time.monotonic()
+        response = await client.get("/fast", headers={"x-user": "other"})
+        assert response.status_code == 200
+        assert time.monotonic() - started < 3  # queued until the uploads were cut off
+        statuses = [await _status_line(r) for r, _ in uploads]
+        assert statuses == [b"HTTP/1.1 408 Request Timeout"] * 4
+        for task in trickles:
+            task.cancel()
+        for _, writer in uploads:
+            writer.close()
+        assert limiter.statistics().executing_requests == 0
+        # The seats were free again: nothing was rejected meanwhile.
+        assert limiter.statistics().priority_levels["test"].rejected["queue-full"] == 0
+
+
+async def test_clients_that_never_read_a_streamed_response_lose_their_seats() -> None:
+    limiter = Limiter(level_config(limit=4, wait_limit=10))
+    probe = Probe()
+    app = make_app("starlette", probe, limiter=limiter, request_timeout=1.0)
+    head = b"GET /firehose HTTP/1.1\r\nhost: t\r\nx-user: sink%d\r\n\r\n"
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        sinks = [await _connect(url, head % i, small_buffer=True) for i in range(4)]
+        await wait_until(lambda: limiter.statistics().executing_requests == 4)
+        started = time.monotonic()
+        response = await client.get("/fast", headers={"x-user": "other"})
+        assert response.status_code == 200
+        assert time.monotonic() - started < 3
+        await wait_until(lambda: limiter.statistics().executing_requests == 0, timeout=1)
+        # The responses had started: they were ended unfinished and the connections closed.
+        for reader, writer in sinks:
+            assert (await _status_line(reader)) == b"HTTP/1.1 200 OK"
+            while await asyncio.wait_for(reader.read(1 << 20), 5):
+                pass  # drains to the end: the server closed the connection
+            writer.close()
+
+
+async def test_a_client_gone_from_the_queue_is_noticed_despite_expect_100_continue() -> None:
+    # "Expect: 100-continue" without a body made the middleware stop watching such requests:
+    # most ran although their clients had left the queue.
+    limiter = Limiter(level_config(limit=1, wait_limit=10))
+    probe = Probe()
+    head = b"GET /fast HTTP/1.1\r\nhost: t\r\nx-user: u%d\r\nexpect: 100-continue\r\n\r\n"
+    async with (
+        serve(make_app("starlette", probe, limiter=limiter)) as url,
+        httpx.AsyncClient(base_url=url, timeout=10) as client,
+    ):
+        held = asyncio.create_task(client.get("/hold"))
+        await wait_until(lambda: probe.entered == ["/hold?hold"])
+        gone = [await _connect(url, head % i) for i in range(5)]
+        await wait_until(lambda: limiter.statistics().waiting_requests == 5)
+        for _, writer in gone:
+            writer.close()
+        await wait_until(lambda: limiter.statistics().waiting_requests == 0)
+        probe.open("hold")
+        assert (await held).status_code == 200
+    assert probe.entered == ["/hold?hold"]
+    assert limiter.statistics().priority_levels["test"].cancelled == 5
+
+
+async def test_the_body_kept_while_queued_is_bounded_per_request_and_in_total() -> None:
+    limiter = Limiter(level_config(limit=1, wait_limit=30))
+    probe = Probe()
+    app = make_app(
+        "starlette",
+        probe,
+        limiter=limiter,
+        max_body_buffer=1000,
+        max_total_body_buffer=1500,
+        min_body_rate=None,
+    )
+    size = 1_000_000
+    bodies = [random.Random(i).randbytes(size) for i in range(3)]
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        held = asyncio.create_task(client.get("/hold"))
+        await wait_until(lambda: probe.entered == ["/hold?hold"])
+        budget = middleware_of(app)._body_budget
+        uploads = []
+        for i, body in enumerate(bodies):
+            uploads.append(
+                asyncio.create_task(
+                    client.post("/upload", content=body, headers={"x-user": f"u{i}"})
+                )
+            )
+            waiting = i + 1
+            await wait_until(lambda: limiter.statistics().waiting_requests == waiting)  # noqa: B023
+            await asyncio.sleep(0.2)  # let the watchers read what they may
+        # The first kept below its 1000 bytes, plus one message (of the server's size); the
+        # total cap (1500) stopped the others from reading at all.
+        assert 0 < budget.peak < 1000 + budget.largest
+        assert budget.kept == budget.peak
+        probe.open("hold")
+        responses = await asyncio.gather(*uploads)
+        assert [r.json() for r in responses] == [
+            {"sha256": hashlib.sha256(body).hexdigest(), "size": size} for body in bodies
+        ]
+        await held
+        assert budget.kept == 0  # every kept byte went back as it was replayed
