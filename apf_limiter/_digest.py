@@ -90,6 +90,14 @@ class RequestDigest:
         """
         if type(groups) is not tuple:
             groups = _as_groups(groups)
+        # HTTP spells these in any case, Kubernetes rules in lower case: "GET" silently missed
+        # a `verbs: [get]` rule and fell to catch-all, "X-Tenant" gave an empty distinguisher.
+        if type(verb) is not str or not (verb.isalpha() and verb.islower()):
+            verb = _normal_verb(verb)
+        if type(path) is not str or path[:1] != "/":
+            _check_path(path)
+        if headers is not _NO_HEADERS:
+            headers = _lower_case_names(headers)
         if (
             seats is not None
             or final_seats
@@ -120,6 +128,74 @@ class RequestDigest:
     def is_resource_request(self) -> bool:
         """Whether this is a resource request (``resource`` is set)."""
         return bool(self.resource)
+
+    def __repr__(self) -> str:
+        """The fields, with header names but no header values (tokens, cookies).
+
+        Only the values of headers that a ``ByHeader`` distinguisher of a configuration in
+        this process uses are shown: they are what the request is classified by.
+        """
+        shown = [f"{name}={getattr(self, name)!r}" for name in _REPR_FIELDS]
+        headers = ", ".join(
+            f"{name!r}: {self.headers[name]!r}" if name in _SHOWN_HEADERS else f"{name!r}: ..."
+            for name in self.headers
+        )
+        shown.insert(_REPR_FIELDS.index("client") + 1, f"headers={{{headers}}}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+_REPR_FIELDS = tuple(name for name in RequestDigest.__slots__ if name != "headers")
+
+#: Header names whose values ``repr(RequestDigest)`` shows: the ``ByHeader`` distinguishers'.
+_SHOWN_HEADERS: set[str] = set()
+
+
+def show_header_values(name: str) -> None:
+    """Let ``repr(RequestDigest)`` show the values of header ``name`` (a ``ByHeader`` one)."""
+    _SHOWN_HEADERS.add(name.lower())
+
+
+def _normal_verb(verb: object) -> str:
+    if not isinstance(verb, str):
+        raise ValueError(f"verb must be a string such as 'get', got {verb!r}")
+    if not verb or not verb.isprintable() or any(char.isspace() for char in verb):
+        raise ValueError(f"verb must be one word such as 'get', got {verb!r}")
+    return verb.lower()
+
+
+def _check_path(path: object) -> None:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(
+            f"path must be a URL path starting with '/', such as '/api/x', got {path!r}"
+        )
+
+
+def _lower_case_names(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """``headers`` with lower-case names (the same mapping when they already are)."""
+    if not isinstance(headers, Mapping):
+        raise ValueError(f"headers must be a mapping of names to values, got {type(headers)!r}")
+    lowered: dict[str, str] = {}
+    changed = False
+    for name, value in headers.items():
+        if (
+            not isinstance(name, str)
+            or not name
+            or not name.isprintable()
+            or ":" in name
+            or any(char.isspace() for char in name)
+        ):
+            raise ValueError(f"header names must be non-empty strings, got {name!r}")
+        if not isinstance(value, str):
+            # The value may be a secret: name its type only.
+            raise ValueError(
+                f"header {name!r}: values must be strings (decode bytes), got {type(value)!r}"
+            )
+        key = name.lower()
+        if key in lowered:
+            raise ValueError(f"headers {key!r} given twice, in different cases")
+        changed = changed or key != name
+        lowered[key] = value
+    return MappingProxyType(lowered) if changed else headers
 
 
 def check_estimate(seats: int | None, final_seats: int, additional_latency: float) -> None:

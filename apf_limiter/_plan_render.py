@@ -196,6 +196,8 @@ def render_plan(config: Configuration, plan: ConfigurationPlan, *, source: str) 
         f"Server concurrency limit: {plan.server_concurrency_limit}"
         f"   share sum: {plan.share_sum}"
         f"   nominal limit sum: {plan.nominal_limit_sum}",
+        f"Most requests running at once: {plan.max_executing_requests} (plus exempt ones;"
+        " the server limit is a target, not a cap)",
         f"Request wait limit: {_number(config.request_wait_limit)}s"
         f"   borrowing period: {_number(config.borrowing_period)}s",
         "",

@@ -186,9 +186,12 @@ def test_validate_needs_a_file(capsys: pytest.CaptureFixture[str]) -> None:
 def test_show_default_configuration_at_600(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[:3] == [
+    assert out.splitlines()[:4] == [
         "Configuration: built-in default configuration",
         "Server concurrency limit: 600   share sum: 245   nominal limit sum: 602",
+        # 602 nominal seats + half a seat for each of the 3 limited levels, rounded down.
+        "Most requests running at once: 603 (plus exempt ones; the server limit is a target, "
+        "not a cap)",
         "Request wait limit: 15s   borrowing period: 10s",
     ]
     rows = _level_rows(out)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import pickle
+from typing import Any
 
 import pytest
 
 from apf_limiter import RequestDigest
+from tests.helpers import single_level_config
 
 
 def test_fields_defaults_and_resource_flag() -> None:
@@ -84,3 +87,104 @@ def test_valid_work_estimates_are_kept() -> None:
     digest = RequestDigest(seats=3, final_seats=2, additional_latency=1)
     assert (digest.seats, digest.final_seats, digest.additional_latency) == (3, 2, 1)
     assert RequestDigest(additional_latency=0).additional_latency == 0
+
+
+def _tenant_config() -> dict[str, Any]:
+    """Schema ``reads`` (``get`` of ``/reports/*``, fair by ``X-Tenant``), 1 seat, catch-all."""
+    config = single_level_config(
+        limit=1, queues=4, hand_size=2, queue_length_limit=5, distinguisher="ByHeader"
+    )
+    schema = config["flowSchemas"][0]
+    schema["name"] = "reads"
+    schema["distinguisherMethod"]["header"] = "X-Tenant"
+    schema["rules"] = [
+        {
+            "subjects": [{"kind": "Group", "group": {"name": "*"}}],
+            "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/reports/*"]}],
+        }
+    ]
+    return config
+
+
+async def test_http_spellings_classify_like_the_rules_spell_them() -> None:
+    # "GET" used to miss a `verbs: [get]` rule and fall silently to catch-all; "X-Tenant" gave
+    # an empty distinguisher, so every tenant shared one flow.
+    from apf_limiter import Limiter
+    from apf_limiter.testing import FakeClock
+
+    limiter = Limiter(_tenant_config(), clock=FakeClock())
+    digest = RequestDigest(
+        user="alice", verb="GET", path="/reports/1", headers={"X-Tenant": "acme"}
+    )
+    assert digest.verb == "get" and dict(digest.headers) == {"x-tenant": "acme"}
+    admission = limiter.admit(digest)
+    assert admission.start()
+    assert (admission.flow_schema, admission.distinguisher) == ("reads", "acme")
+    admission.release()
+    already = {"x-tenant": "acme"}
+    assert RequestDigest(headers=already).headers is already  # nothing to copy
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"verb": ""}, "verb must be one word"),
+        ({"verb": "get pods"}, "verb must be one word"),
+        ({"verb": b"get"}, "verb must be a string"),
+        ({"path": "reports/1"}, "path must be a URL path starting with '/'"),
+        ({"path": "https://example.com/x"}, "path must be a URL path"),
+        ({"headers": {"X-Tenant": "a", "x-tenant": "b"}}, "given twice"),
+        ({"headers": {"x-tenant": b"acme"}}, "values must be strings"),
+        ({"headers": {"": "x"}}, "header names must be non-empty strings"),
+        ({"headers": {"x tenant": "x"}}, "header names must be non-empty strings"),
+        ({"headers": [("x-tenant", "a")]}, "headers must be a mapping"),
+    ],
+)
+def test_values_that_cannot_be_meant_are_refused(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RequestDigest(**fields)  # type: ignore[arg-type]
+
+
+async def test_repr_and_logs_never_show_header_values_but_the_distinguishers() -> None:
+    # repr(request.state.apf.digest) goes to access logs: bearer tokens and cookies showed.
+    import logging
+
+    from apf_limiter import Limiter, Rejected
+    from apf_limiter.testing import FakeClock
+
+    secret = "Bearer s3cr3t-t0ken"
+    digest = RequestDigest(
+        user="alice",
+        path="/reports/1",
+        headers={"Authorization": secret, "Cookie": "session=c00kie", "X-Tenant": "acme"},
+    )
+    before = repr(digest)
+    assert "s3cr3t" not in before and "c00kie" not in before
+    assert "'authorization': ..." in before and "'cookie': ..." in before
+    limiter = Limiter(_tenant_config(), clock=FakeClock())  # classifies by X-Tenant
+    text = repr(digest)
+    assert "'x-tenant': 'acme'" in text and "s3cr3t" not in text
+    assert text.startswith("RequestDigest(user='alice', groups=(), verb='get', path='/reports/1'")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign,assignment]
+    logger = logging.getLogger("apf_limiter")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        admissions = []
+        for _ in range(200):  # fill the queues, then get rejected
+            admission = limiter.admit(digest)
+            with contextlib.suppress(Rejected):
+                admission.start()
+            admissions.append(admission)
+            assert "s3cr3t" not in repr(admission)
+        for admission in admissions:
+            admission.release()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    assert any("rejected" in record.getMessage() for record in records)
+    for record in records:
+        assert "s3cr3t" not in record.getMessage() and "s3cr3t" not in str(record.__dict__)

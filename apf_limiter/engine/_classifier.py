@@ -18,7 +18,7 @@ from typing import Final
 
 import xxhash
 
-from apf_limiter._digest import RequestDigest
+from apf_limiter._digest import RequestDigest, show_header_values
 from apf_limiter.config._model import FlowSchema
 from apf_limiter.config._names import CATCH_ALL as CATCH_ALL_FLOW_SCHEMA
 from apf_limiter.config._names import EXEMPT as EXEMPT_FLOW_SCHEMA
@@ -146,6 +146,8 @@ class _Target:
                 )
             self.kind = kind
             self.header = method.header.lower()
+            if kind == _BY_HEADER:
+                show_header_values(self.header)  # what the request is classified by
         self.cache: dict[str, Classification] = {}
         self.fixed = self._build("")
 

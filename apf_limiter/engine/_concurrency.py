@@ -158,6 +158,21 @@ class ConfigurationPlan:
         raise KeyError(name)
 
     @property
+    def max_executing_requests(self) -> int:
+        """The most requests that limited levels can execute at once (exempt ones come on top).
+
+        ``serverConcurrencyLimit`` is a target, not a cap, as in Kubernetes: each level's
+        nominal limit is rounded up; borrowing shares out the sum of the nominal limits (the
+        exempt levels' included) among the limited levels and rounds each share to the
+        nearest seat. So the limited levels' current limits add up to at most the nominal sum
+        plus half a seat per limited level, and to at most their upper limits; a level runs at
+        most its current limit of one-seat requests.
+        """
+        limited = [plan for plan in self.levels if not plan.is_exempt]
+        rounded = self.nominal_limit_sum + len(limited) // 2
+        return min(sum(plan.upper_limit for plan in limited), rounded)
+
+    @property
     def max_waiting_requests(self) -> int:
         """Requests the queues of all levels can hold (``sum(queues * queue_length_limit)``)."""
         return sum(plan.queues * plan.queue_length_limit for plan in self.levels)

@@ -365,10 +365,25 @@ def test_namespace_rules() -> None:
     assert matches(REQ_RN, rule(("goodns",), True))
 
 
-def test_verbs_are_case_sensitive() -> None:
-    upper = RequestDigest(user="goodu", verb="GET", path="/x")
+def test_verbs_match_case_sensitively_and_digests_spell_them_in_lower_case() -> None:
+    # Rules match verbs exactly, as Kubernetes does (its verbs are always lower case) ...
+    upper = replace_verb(RequestDigest(user="goodu", path="/x"), "GET")
     assert not matches(upper, url_rule(verbs=("get",), urls=("/x",)))
     assert matches(upper, url_rule(verbs=("*",), urls=("/x",)))
+    # ... and a digest spells an HTTP method the way the rules do: "GET" used to miss a
+    # `verbs: [get]` rule silently and fall to catch-all.
+    spelled = RequestDigest(user="goodu", verb="GET", path="/x")
+    assert spelled.verb == "get"
+    assert matches(spelled, url_rule(verbs=("get",), urls=("/x",)))
+
+
+def replace_verb(digest: RequestDigest, verb: str) -> RequestDigest:
+    """``digest`` with ``verb`` as it is, past the constructor's normalization."""
+    from apf_limiter._digest import fill_digest
+
+    fields = [getattr(digest, name) for name in RequestDigest.__slots__]
+    fields[RequestDigest.__slots__.index("verb")] = verb
+    return fill_digest(RequestDigest, *fields)
 
 
 def test_schema_matches_if_any_rule_matches_and_empty_rules_match_nothing() -> None:
