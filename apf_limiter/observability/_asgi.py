@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
+from apf_limiter._warn_once import WarnOnce
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -15,13 +17,31 @@ Authorize = Callable[[Scope], bool | Awaitable[bool]]
 """A hook deciding from the ASGI scope whether a request may see an endpoint."""
 
 
-async def is_authorized(authorize: Authorize | None, scope: Scope) -> bool:
-    """Ask the hook (sync or async); no hook denies."""
+async def is_authorized(
+    authorize: Authorize | None, scope: Scope, warn: WarnOnce | None = None
+) -> bool:
+    """Ask the hook (sync or async); no hook denies, and so does anything but ``True``.
+
+    Args:
+        authorize: The hook.
+        scope: The request's scope.
+        warn: Where to warn (once) that the hook returned something other than a bool.
+    """
     if authorize is None:
         return False
     verdict = authorize(scope)
     if inspect.isawaitable(verdict):
         verdict = await verdict
+    if type(verdict) is not bool and warn is not None:
+        # A user object, 1 or "yes" reads as "allowed" to its author, but only True allows.
+        name = getattr(authorize, "__qualname__", type(authorize).__name__)
+        warn(
+            f"authorize-verdict:{name}:{type(verdict).__name__}",
+            "the authorize hook %s returned %s, not a bool: the request is denied; return "
+            "True to allow, False to deny",
+            name,
+            type(verdict).__name__,
+        )
     return verdict is True
 
 

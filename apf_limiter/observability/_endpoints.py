@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from apf_limiter._warn_once import WarnOnce
 from apf_limiter.observability._asgi import (
     ASGIApp,
     Authorize,
@@ -111,6 +112,13 @@ class DebugApp:
     def __init__(self, limiter: Limiter, authorize: Authorize | None) -> None:
         self.limiter = limiter
         self.authorize = authorize
+        self._warn = WarnOnce()
+        if authorize is None:
+            self._warn(
+                "debug-no-authorize",
+                "the APF debug endpoints have no authorize hook, so they answer 403 to every "
+                "request; pass authorize=, e.g. lambda scope: <is this an operator?>",
+            )
         self._dumps: dict[str, Callable[[dict[str, str]], Dump]] = {
             "/dump_priority_levels": lambda _: dump_priority_levels(limiter),
             "/dump_queues": lambda _: dump_queues(limiter),
@@ -129,7 +137,7 @@ class DebugApp:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             return
-        if not await is_authorized(self.authorize, scope):
+        if not await is_authorized(self.authorize, scope, self._warn):
             await respond(scope, send, 403, b"Forbidden\n", _TEXT)
             return
         if scope.get("method", "GET") not in ("GET", "HEAD"):
@@ -192,6 +200,7 @@ class MetricsApp:
         prometheus_client = require_prometheus_client()
         self.registry = prometheus_client.REGISTRY if registry is None else registry
         self.authorize = authorize
+        self._warn = WarnOnce()
         self._inner: ASGIApp = prometheus_client.make_asgi_app(self.registry)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -202,7 +211,9 @@ class MetricsApp:
             return
         if kind != "http":
             return
-        if self.authorize is not None and not await is_authorized(self.authorize, scope):
+        if self.authorize is not None and not await is_authorized(
+            self.authorize, scope, self._warn
+        ):
             await respond(scope, send, 403, b"Forbidden\n", _TEXT)
             return
         await self._inner(scope, receive, send)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from apf_limiter._errors import RejectReason
 from apf_limiter._observer import Observer
+from apf_limiter._warn_once import WarnOnce
 from apf_limiter.observability._buckets import BucketCounts
 from apf_limiter.observability._catalog import metric
 from apf_limiter.observability._export import FamilyBuilder
@@ -103,7 +104,17 @@ class PrometheusMetrics(Observer):
         self._just_arrived: _Series | None = None
         self._limiter: Limiter | None = None
         self._sampler: RatioSampler | None = None
-        self.registry.register(self)
+        self._warn = WarnOnce()
+        try:
+            self.registry.register(self)
+        except ValueError as clash:
+            raise ValueError(
+                f"this registry already has apf_limiter metrics named {self.prefix}*: one "
+                "PrometheusMetrics per registry. Give the second one a registry of its own "
+                "(PrometheusMetrics(prometheus_client.CollectorRegistry()), served by "
+                "metrics_app(that_registry)) or another namespace=/subsystem=, or call "
+                "unregister() on the first"
+            ) from clash
 
     # ----------------------------------------------------------------------------------------
     # wiring
@@ -251,6 +262,11 @@ class PrometheusMetrics(Observer):
         yield from self._collect_events()
         limiter, sampler = self._limiter, self._sampler
         if limiter is None or sampler is None:
+            self._warn(
+                "metrics-unbound",
+                "PrometheusMetrics was scraped with no limiter bound: the levels' gauges and "
+                "the engine's counters are missing; call metrics.bind(limiter)",
+            )
             return
         from apf_limiter.observability._scrape import collect_engine
 

@@ -232,7 +232,7 @@ def test_every_kubernetes_metric_is_exported_under_the_namespace() -> None:
 def test_registry_is_injectable_and_names_clash_once() -> None:
     registry = CollectorRegistry()
     PrometheusMetrics(registry)
-    with pytest.raises(ValueError, match="Duplicated timeseries"):
+    with pytest.raises(ValueError, match="one PrometheusMetrics per registry"):
         PrometheusMetrics(registry)
     PrometheusMetrics(registry, namespace="other")  # another prefix is fine
     default = PrometheusMetrics(subsystem="")
