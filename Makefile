@@ -52,8 +52,20 @@ test-compiled: compile
 
 test: lint typecheck pytest test-compiled
 
-demo: $(STAMP)
-	$(BIN)/apf-limiter demo
+# `make demo` installs what the demo needs and nothing more (the package and uvicorn: the
+# `demo` extra), so a fresh clone runs it without the dev toolchain. A virtualenv that
+# `make test` set up already has it (the dev extra includes uvicorn), so pip is skipped then.
+# Options go in DEMO_ARGS: make demo DEMO_ARGS='--elephant 24 --duration 60'.
+DEMO_STAMP := $(VENV)/.installed-demo
+DEMO_ARGS ?=
+
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; \
+	else $(BIN)/pip install --quiet -e '.[demo]'; fi
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(BIN)/apf-limiter demo $(DEMO_ARGS)
 
 bench-deps: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,yaml,prometheus,bench]'

@@ -142,7 +142,7 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description="Start a demo server on 127.0.0.1 and drive a bounded loopback load: one "
         "elephant floods it while a few mice send a request now and then. Runs twice, behind "
         "a plain semaphore of the same capacity and behind APFMiddleware, then prints "
-        "requests served, 429s, p50 and p99 latency per client. Needs uvicorn and httpx.",
+        "requests served, 429s, p50 and p99 latency per client. Needs uvicorn.",
     )
     add_arguments(parser)
 

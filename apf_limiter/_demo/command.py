@@ -3,7 +3,10 @@
 The demo starts its application under uvicorn on 127.0.0.1 (a free port, a child process),
 drives a bounded loopback load against it twice — first behind a plain semaphore of the same
 capacity, then behind :class:`~apf_limiter.asgi.APFMiddleware` — and prints a side-by-side
-table per client: requests served, 429s, p50 and p99 latency.
+table per client: requests served, 429s, p50 and p99 latency. The load comes from a process of
+its own (:mod:`apf_limiter._demo.generator`) whose CPU time and event-loop lag are measured:
+the closing sentences (:mod:`apf_limiter._demo.verdict`) follow the table, or warn that the
+generator could not keep up.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from apf_limiter._demo.load import ClientResult, LoadOptions, run_load
-from apf_limiter._demo.report import progress_line, render_table, verdict
+from apf_limiter._demo.load import ClientResult, LoadOptions, LoadRun, run_load
+from apf_limiter._demo.report import progress_line, render_table
+from apf_limiter._demo.verdict import closing, generator_line
 
 if TYPE_CHECKING:
     from apf_limiter._demo.app import Mode
@@ -37,6 +41,8 @@ class DemoOptions:
         mouse_interval: Mean seconds between two requests of a mouse.
         capacity: Requests the server runs at once (the semaphore's size, APF's seats).
         service_time: Seconds the endpoint takes.
+        generator_burn: CPU seconds the load generator wastes after each response, to starve
+            it (for the tests of the saturation warning; not a command-line option).
     """
 
     duration: float = 30.0
@@ -45,6 +51,7 @@ class DemoOptions:
     mouse_interval: float = 0.25
     capacity: int = 8
     service_time: float = 0.1
+    generator_burn: float = 0.0
 
     @property
     def load(self) -> LoadOptions:
@@ -56,6 +63,7 @@ class DemoOptions:
             elephant_concurrency=self.elephant_concurrency,
             mice=self.mice,
             mouse_interval=self.mouse_interval,
+            generator_burn=self.generator_burn,
         )
 
 
@@ -95,10 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run the demo from parsed command-line arguments; returns the exit status."""
-    missing = [name for name in ("uvicorn", "httpx") if importlib.util.find_spec(name) is None]
-    if missing:
+    if importlib.util.find_spec("uvicorn") is None:
         print(
-            f"apf-limiter demo needs {' and '.join(missing)}: pip install uvicorn httpx", file=err
+            "apf-limiter demo needs uvicorn: pip install 'apf_limiter[demo]' "
+            "(from a clone: pip install '.[demo]', or make demo)",
+            file=err,
         )
         return 1
     options = DemoOptions(
@@ -113,11 +122,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-async def run_demo(options: DemoOptions, out: TextIO) -> dict[str, dict[str, ClientResult]]:
-    """Run both runs, printing progress and the final table to ``out``.
+async def run_demo(options: DemoOptions, out: TextIO) -> dict[str, LoadRun]:
+    """Run both runs, printing progress, the final table and the closing sentences to ``out``.
 
     Returns:
-        The results by run (``semaphore``, ``apf``) and client.
+        The runs (``semaphore``, ``apf``): results by client, and the generator's report.
     """
     # Imported here so that building the CLI parser stays light.
     from apf_limiter._demo.server import running_server
@@ -133,15 +142,17 @@ async def run_demo(options: DemoOptions, out: TextIO) -> dict[str, dict[str, Cli
         "64 queues, hand size 6, 4 requests per queue.\n\n"
     )
     out.flush()
-    runs: dict[str, dict[str, ClientResult]] = {}
+    runs: dict[str, LoadRun] = {}
     for mode in _RUNS:
         printer = _ProgressPrinter(out, mode, load.duration)
         async with running_server(
             mode, capacity=options.capacity, service_time=options.service_time
         ) as url:
             runs[mode] = await run_load(url, load, printer)
-        printer.finish(runs[mode])
-    out.write("\n" + render_table(runs) + "\n" + verdict(runs))
+        printer.finish(runs[mode].results)
+        out.write(generator_line(runs[mode].generator, options.service_time))
+    table = render_table({mode: run.results for mode, run in runs.items()})
+    out.write("\n" + table + "\n" + closing(runs, options.service_time))
     out.flush()
     return runs
 
@@ -160,7 +171,7 @@ class _ProgressPrinter:
         line = progress_line(self._mode, elapsed, self._duration, results)
         if self._live:
             self._out.write("\r" + line + "\x1b[K")
-        elif elapsed >= self._next:
+        elif self._next <= elapsed < self._duration:  # finish() prints the last line
             self._next = elapsed + max(1.0, self._duration / 4)
             self._out.write(line + "\n")
         self._out.flush()

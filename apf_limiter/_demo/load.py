@@ -1,27 +1,27 @@
-"""The demo's clients: one elephant flooding the server, a few mice sending now and then.
+"""The demo's load, seen from the command: its options, its results, and the generator process.
 
-The elephant keeps ``elephant_concurrency`` requests in flight and, told 429, tries again after
-a short pause (a flood ignores ``Retry-After``). Each mouse sends one request, then waits
-about ``mouse_interval`` seconds. Only requests started after the warm-up and before the end
-count; the run stops starting requests at its end and waits for those in flight.
+The elephant and the mice run in a process of their own (:mod:`apf_limiter._demo.generator`),
+so that the load competes with nothing in the command's process and its CPU time can be
+measured alone. It reports what the clients saw four times a second as JSON lines on its
+standard output (the latencies and counts since the previous line), then how busy it was:
+:class:`GeneratorReport`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
-import time
+import json
+import sys
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    import httpx
-
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 ELEPHANT = "elephant"
-_ELEPHANT_RETRY_PAUSE = 0.2
-_DRAIN_TIMEOUT = 20.0
+DRAIN_TIMEOUT = 20.0
+"""Seconds the generator waits, after the run, for the requests still in flight."""
+
+_EXIT_TIMEOUT = 15.0  # seconds the command allows the generator beyond that
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,8 @@ class LoadOptions:
         mice: Number of mice.
         mouse_interval: Mean seconds a mouse waits between two requests.
         seed: Seed of the mice's jitter.
+        generator_burn: CPU seconds the generator wastes after each response: a starved
+            generator, for the tests of the saturation warning (0 in a real demo).
     """
 
     duration: float
@@ -43,6 +45,11 @@ class LoadOptions:
     mice: int
     mouse_interval: float
     seed: int = 7
+    generator_burn: float = 0.0
+
+    def client_names(self) -> list[str]:
+        """The clients, the elephant first, then the mice in order."""
+        return [ELEPHANT, *(f"mouse-{number}" for number in range(1, self.mice + 1))]
 
 
 @dataclass(slots=True)
@@ -54,6 +61,7 @@ class ClientResult:
         kind: ``elephant`` or ``mouse``.
         latencies: Seconds each served (200) request took.
         rejected: Requests answered 429.
+        retry_after: Of those, the ones whose answer carried ``Retry-After``.
         failed: Requests that failed otherwise (other status or transport error).
     """
 
@@ -61,6 +69,7 @@ class ClientResult:
     kind: Literal["elephant", "mouse"]
     latencies: list[float] = field(default_factory=list)
     rejected: int = 0
+    retry_after: int = 0
     failed: int = 0
 
     @property
@@ -69,107 +78,104 @@ class ClientResult:
         return len(self.latencies)
 
 
+def new_results(options: LoadOptions) -> dict[str, ClientResult]:
+    """Empty results for the clients of ``options``, by name."""
+    return {
+        name: ClientResult(name, "elephant" if name == ELEPHANT else "mouse")
+        for name in options.client_names()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratorReport:
+    """How busy the load generator was during a run.
+
+    Attributes:
+        cpu_seconds: CPU time the generator's process spent on the load.
+        wall_seconds: Wall-clock time the load took (the drain included).
+        lag_p99: 99th percentile of how late the generator's event loop ran a 10 ms timer:
+            CPU contention or a busy loop both show here, and delay every measured latency.
+        lag_max: The largest of those delays.
+        requests: Requests the generator sent, warm-up included.
+    """
+
+    cpu_seconds: float
+    wall_seconds: float
+    lag_p99: float
+    lag_max: float
+    requests: int
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU time over wall-clock time: 1.0 is one core busy all the time."""
+        return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRun:
+    """One run's results by client, and how busy the generator was."""
+
+    results: dict[str, ClientResult]
+    generator: GeneratorReport
+
+
 Progress = Callable[[float, dict[str, ClientResult]], None]
 
 
-class _Run:
-    def __init__(self, options: LoadOptions) -> None:
-        self.options = options
-        now = time.perf_counter()
-        self.counted_from = now + options.warmup
-        self.end = now + options.duration
-
-    async def request(self, client: httpx.AsyncClient, result: ClientResult) -> bool:
-        """Send one request; returns whether it was rejected with 429."""
-        import httpx
-
-        started = time.perf_counter()
-        try:
-            response = await client.get("/work")
-        except httpx.HTTPError:
-            status = 0
-        else:
-            status = response.status_code
-        if started < self.counted_from:
-            return status == 429
-        if status == 200:
-            result.latencies.append(time.perf_counter() - started)
-        elif status == 429:
-            result.rejected += 1
-        else:
-            result.failed += 1
-        return status == 429
-
-    async def elephant(self, client: httpx.AsyncClient, result: ClientResult) -> None:
-        while time.perf_counter() < self.end:
-            if await self.request(client, result):
-                await asyncio.sleep(_ELEPHANT_RETRY_PAUSE)
-
-    async def mouse(self, client: httpx.AsyncClient, result: ClientResult, seed: int) -> None:
-        jitter = random.Random(seed)
-        interval = self.options.mouse_interval
-        # Mice start spread out, so they do not all arrive in step.
-        await asyncio.sleep(jitter.uniform(0, interval))
-        while time.perf_counter() < self.end:
-            await self.request(client, result)
-            await asyncio.sleep(interval * jitter.uniform(0.5, 1.5))
+def apply_delta(results: dict[str, ClientResult], delta: dict[str, list[Any]]) -> None:
+    """Add one progress line's ``{client: [latencies, rejected, retry_after, failed]}``."""
+    for name, (latencies, rejected, retry_after, failed) in delta.items():
+        result = results[name]
+        result.latencies.extend(latencies)
+        result.rejected += rejected
+        result.retry_after += retry_after
+        result.failed += failed
 
 
 async def run_load(
     base_url: str, options: LoadOptions, progress: Progress | None = None
-) -> dict[str, ClientResult]:
-    """Drive one run of the demo's load against ``base_url``.
+) -> LoadRun:
+    """Drive one run of the demo's load against ``base_url`` from a generator process.
 
     Args:
-        base_url: The server, e.g. ``http://127.0.0.1:8000``.
+        base_url: The server, ``http://127.0.0.1:<port>``.
         options: The load.
         progress: Called about four times a second with the elapsed seconds and the results
             so far.
 
     Returns:
-        The results by client name (the elephant first, then the mice in order).
-    """
-    import httpx
+        The results by client name (the elephant first, then the mice) and the generator's
+        report.
 
-    run = _Run(options)
-    results = {ELEPHANT: ClientResult(ELEPHANT, "elephant")}
-    for number in range(1, options.mice + 1):
-        results[f"mouse-{number}"] = ClientResult(f"mouse-{number}", "mouse")
-    timeout = httpx.Timeout(30.0)
-    clients = {
-        name: httpx.AsyncClient(
-            base_url=base_url,
-            headers={"authorization": f"Bearer {name}"},
-            timeout=timeout,
-            limits=httpx.Limits(
-                max_connections=options.elephant_concurrency if name == ELEPHANT else 1,
-                max_keepalive_connections=options.elephant_concurrency,
-            ),
+    Raises:
+        RuntimeError: If the generator fails or does not finish in time.
+    """
+    results = new_results(options)
+    report: GeneratorReport | None = None
+    command = [sys.executable, "-m", "apf_limiter._demo.generator", base_url]
+    with tempfile.TemporaryFile() as errors:
+        process = await asyncio.create_subprocess_exec(
+            *command, json.dumps(asdict(options)), stdout=asyncio.subprocess.PIPE, stderr=errors
         )
-        for name in results
-    }
-    started = time.perf_counter()
-    try:
-        tasks = [
-            asyncio.create_task(run.elephant(clients[ELEPHANT], results[ELEPHANT]))
-            for _ in range(options.elephant_concurrency)
-        ]
-        tasks += [
-            asyncio.create_task(run.mouse(clients[name], results[name], options.seed + index))
-            for index, name in enumerate(results)
-            if name != ELEPHANT
-        ]
-        everything = asyncio.gather(*tasks)
-        while not everything.done():
-            await asyncio.wait([everything], timeout=0.25)
-            elapsed = time.perf_counter() - started
-            if progress is not None:
-                progress(min(elapsed, options.duration), results)
-            if elapsed > options.duration + _DRAIN_TIMEOUT:
-                everything.cancel()
-                break
-        await asyncio.gather(everything, return_exceptions=True)
-    finally:
-        for client in clients.values():
-            await client.aclose()
-    return results
+        assert process.stdout is not None
+        try:
+            async with asyncio.timeout(options.duration + DRAIN_TIMEOUT + _EXIT_TIMEOUT):
+                async for line in process.stdout:
+                    message = json.loads(line)
+                    apply_delta(results, message["clients"])
+                    if "generator" in message:
+                        report = GeneratorReport(**message["generator"])
+                    elif progress is not None:
+                        progress(message["elapsed"], results)
+                await process.wait()
+        except TimeoutError:
+            raise RuntimeError("the load generator did not finish in time") from None
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        if process.returncode != 0 or report is None:
+            errors.seek(0)
+            text = errors.read().decode("utf-8", "replace")
+            raise RuntimeError(f"the load generator failed ({process.returncode}):\n{text}")
+    return LoadRun(results, report)

@@ -1,4 +1,7 @@
-"""The demo's output: the live progress line and the side-by-side table."""
+"""The demo's output: the live progress line and the side-by-side table.
+
+The closing sentences are :mod:`apf_limiter._demo.verdict`'s.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from apf_limiter._demo.load import ELEPHANT, ClientResult
 
-_RUN_TITLES = {"semaphore": "semaphore (today)", "apf": "APF (apf_limiter)"}
+RUN_TITLES = {"semaphore": "semaphore (today)", "apf": "APF (apf_limiter)"}
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -19,22 +22,25 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def _mice(results: Mapping[str, ClientResult]) -> ClientResult:
+def all_mice(results: Mapping[str, ClientResult]) -> ClientResult:
+    """The mice's results merged into one (``all mice``)."""
     merged = ClientResult("all mice", "mouse")
     for result in results.values():
         if result.kind == "mouse":
             merged.latencies.extend(result.latencies)
             merged.rejected += result.rejected
+            merged.retry_after += result.retry_after
             merged.failed += result.failed
     return merged
 
 
 def mice_p99(results: Mapping[str, ClientResult]) -> float:
     """The 99th percentile latency of all the mice's served requests, in seconds."""
-    return percentile(_mice(results).latencies, 0.99)
+    return percentile(all_mice(results).latencies, 0.99)
 
 
-def _ms(seconds: float) -> str:
+def ms(seconds: float) -> str:
+    """Seconds as whole milliseconds (``-`` for ``nan``)."""
     return "-" if math.isnan(seconds) else f"{seconds * 1000:.0f} ms"
 
 
@@ -46,11 +52,11 @@ def progress_line(
     filled = min(width, int(width * elapsed / duration)) if duration > 0 else width
     bar = "#" * filled + "." * (width - filled)
     elephant = results[ELEPHANT]
-    mice = _mice(results)
+    mice = all_mice(results)
     return (
-        f"{_RUN_TITLES.get(run, run):<18} [{bar}] {elapsed:4.1f}/{duration:.1f} s  "
+        f"{RUN_TITLES.get(run, run):<18} [{bar}] {elapsed:4.1f}/{duration:.1f} s  "
         f"elephant {elephant.served} served, {elephant.rejected} x 429  |  "
-        f"mice {mice.served} served, p99 {_ms(percentile(mice.latencies, 0.99))}"
+        f"mice {mice.served} served, p99 {ms(percentile(mice.latencies, 0.99))}"
     )
 
 
@@ -60,8 +66,8 @@ def _cells(result: ClientResult | None) -> list[str]:
     return [
         str(result.served),
         str(result.rejected),
-        _ms(percentile(result.latencies, 0.50)),
-        _ms(percentile(result.latencies, 0.99)),
+        ms(percentile(result.latencies, 0.50)),
+        ms(percentile(result.latencies, 0.99)),
     ]
 
 
@@ -78,13 +84,13 @@ def render_table(runs: Mapping[str, Mapping[str, ClientResult]]) -> str:
         row = [client]
         for run in names:
             results = runs[run]
-            result = _mice(results) if client == "all mice" else results.get(client)
+            result = all_mice(results) if client == "all mice" else results.get(client)
             row += _cells(result)
         rows.append(row)
     name_width = max(10, *(len(row[0]) for row in rows))
     block = sum(widths) + 2
     lines = [
-        " " * name_width + "".join(f" | {_RUN_TITLES.get(run, run):<{block - 3}}" for run in names),
+        " " * name_width + "".join(f" | {RUN_TITLES.get(run, run):<{block - 3}}" for run in names),
         f"{'client':<{name_width}}"
         + "".join(
             " |" + "".join(f"{cell:>{w}}" for cell, w in zip(header_cells, widths, strict=True))
@@ -101,22 +107,3 @@ def render_table(runs: Mapping[str, Mapping[str, ClientResult]]) -> str:
             line += " |" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
         lines.append(line)
     return "\n".join(line.rstrip() for line in lines) + "\n"
-
-
-def verdict(runs: Mapping[str, Mapping[str, ClientResult]]) -> str:
-    """One sentence comparing the mice's p99 latency without and with APF."""
-    before = mice_p99(runs["semaphore"])
-    after = mice_p99(runs["apf"])
-    if math.isnan(before) or math.isnan(after) or after <= 0:
-        return "Not enough mice requests were served to compare the runs.\n"
-    factor = before / after
-    better = f"{factor:.1f}x lower" if factor >= 1 else f"{1 / factor:.1f}x higher"
-    median_before = percentile(_mice(runs["semaphore"]).latencies, 0.5)
-    median_after = percentile(_mice(runs["apf"]).latencies, 0.5)
-    elephant = runs["apf"][ELEPHANT]
-    return (
-        f"Mice p99 latency: {_ms(before)} behind the semaphore, {_ms(after)} behind APF "
-        f"({better}; p50 {_ms(median_before)} -> {_ms(median_after)}).\n"
-        f"The elephant keeps the seats the mice leave ({elephant.served} served) and is told "
-        f"to back off: {elephant.rejected} x 429 with Retry-After.\n"
-    )

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import IO
 
 from apf_limiter._demo.app import Mode, create_app
+from apf_limiter._demo.client import Connection, encode_get
 
 _START_TIMEOUT = 15.0
 
@@ -50,7 +51,7 @@ async def running_server(mode: Mode, *, capacity: int, service_time: float) -> A
         listener.close()  # the child has its own copy
         url = f"http://127.0.0.1:{port}"
         try:
-            await _wait_ready(url, process, log)
+            await _wait_ready(port, process, log)
             yield url
         finally:
             process.terminate()
@@ -61,23 +62,25 @@ async def running_server(mode: Mode, *, capacity: int, service_time: float) -> A
                 await asyncio.to_thread(process.wait)
 
 
-async def _wait_ready(url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
-    import httpx
-
+async def _wait_ready(port: int, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _START_TIMEOUT
-    async with httpx.AsyncClient(base_url=url, timeout=2.0) as client:
+    health = Connection("127.0.0.1", port, encode_get("127.0.0.1", port, "/healthz", {}))
+    try:
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"the demo server exited early:\n{_read(log)}")
             try:
-                if (await client.get("/healthz")).status_code == 200:
-                    return
-            except httpx.TransportError:
+                async with asyncio.timeout(2.0):
+                    if (await health.get()).status == 200:
+                        return
+            except (OSError, TimeoutError):
                 pass
             if loop.time() > deadline:
                 raise RuntimeError(f"the demo server did not start:\n{_read(log)}")
             await asyncio.sleep(0.05)
+    finally:
+        health.close()
 
 
 def _read(log: IO[bytes]) -> str:
