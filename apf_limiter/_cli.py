@@ -7,6 +7,8 @@ Subcommands:
   problem.
 * ``apf-limiter show [FILE] [--server-concurrency-limit N]`` prints the concurrency plan of a
   file (or of the built-in default configuration) as text tables.
+* ``apf-limiter defaults [--form short|kubernetes] [--json]`` prints the built-in
+  configuration, to start one's own from.
 * ``apf-limiter demo [--duration SECONDS] ...`` floods a local server with an elephant and
   some mice, behind a semaphore and then behind APF, and compares their latencies.
 
@@ -133,6 +135,50 @@ def _add_show(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
 
 
+def _defaults(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import json
+
+    from apf_limiter.config._defaults import default_configuration
+    from apf_limiter.config._dump import dump_config
+
+    document = dump_config(default_configuration(), form=args.form)
+    if args.json:
+        out.write(json.dumps(document, indent=2) + "\n")
+        return 0
+    try:
+        import yaml
+    except ImportError:
+        print(
+            "printing YAML needs PyYAML (pip install 'apf_limiter[yaml]'); or use --json",
+            file=err,
+        )
+        return 1
+    out.write(
+        "# The built-in web-app configuration of apf_limiter, to start your own from.\n"
+        "# Check a file with: apf-limiter validate FILE; see its plan: apf-limiter show FILE\n"
+        "# Add 'enforcement: Shadow' to run every request and only report what APF would do.\n"
+    )
+    out.write(yaml.safe_dump(document, sort_keys=False))
+    return 0
+
+
+def _add_defaults(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "defaults",
+        help="print the built-in configuration, to start your own from",
+        description="Print the built-in web-app configuration (what a limiter without a "
+        "configuration uses) as YAML, or JSON with --json. Save it, edit it, check it with "
+        "'apf-limiter validate'.",
+    )
+    parser.add_argument(
+        "--form",
+        choices=("short", "kubernetes"),
+        default="short",
+        help="short entries (the default) or full Kubernetes objects",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+
+
 def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from apf_limiter._demo.command import add_arguments
 
@@ -163,6 +209,7 @@ class _Command:
 _COMMANDS: tuple[_Command, ...] = (
     _Command("validate", _add_validate, _validate),
     _Command("show", _add_show, _show),
+    _Command("defaults", _add_defaults, _defaults),
     _Command("demo", _add_demo, _demo),
 )
 

@@ -31,6 +31,13 @@ class Clock(Protocol):
         """Run ``callback(*args)`` (synchronously, in the event loop) after ``delay`` seconds."""
 
 
+class Wakeable(Protocol):
+    """What the shell tells a waiting request's handle when it is dispatched or times out."""
+
+    def set(self) -> bool:
+        """Tell it; ``False`` when nobody can be told any more (see :meth:`Waiter.set`)."""
+
+
 class Waiter(Protocol):
     """A one-shot wake-up signal for one waiting task."""
 

@@ -50,6 +50,22 @@ class Observer:
     ) -> None:
         """An executing request's body ended (normally or not) after ``execution_time`` s."""
 
+    def request_shadowed(
+        self,
+        priority_level: str,
+        flow_schema: str,
+        queue_wait: float | None,
+        reason: str | None,
+    ) -> None:
+        """What enforcing would have done to a request that ran in shadow mode, once known.
+
+        ``queue_wait`` is the wait it would have had (0.0: it would have run at once), or
+        ``None`` when it would have been rejected for ``reason`` (``queue-full``,
+        ``concurrency-limit``, ``time-out``); ``reason`` ``dropped``: its twin was dropped by
+        the limiter's ``max_shadow_twins`` cap. The request itself was reported as dispatched
+        at once and finished, as it ran.
+        """
+
     def configuration_applied(self, config: Configuration) -> None:
         """A configuration was applied (at start and on every reconfiguration)."""
 

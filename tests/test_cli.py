@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import json
 import subprocess
 import sys
@@ -144,9 +146,16 @@ def test_validate_several_files(
     assert out[0] == f"{good_file}: OK (3 priority levels, 4 flow schemas)"
     assert all(line.startswith(f"{bad_file}: ") for line in out[1 : 1 + bad_count])
     assert out[1 + bad_count] == f"{json_file}: OK (3 priority levels, 2 flow schemas)"
-    assert out[2 + bad_count] == f"{missing}: cannot read the file: No such file or directory"
+    assert out[2 + bad_count] == f"{missing}: cannot read the file: {_not_found(missing)}"
     assert out[3 + bad_count] == (f"4 files checked: 2 valid, 2 invalid ({bad_count + 1} problems)")
     assert len(out) == 4 + bad_count
+
+
+def _not_found(path: str) -> str:
+    return (
+        f"No such file or directory (looked for {os.path.abspath(path)}; the working "
+        f"directory is {os.getcwd()})"
+    )
 
 
 def _problems_of(path: str) -> tuple[str, ...]:
@@ -161,7 +170,7 @@ def test_validate_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
     missing = str(tmp_path / "nowhere.yaml")
     assert main(["validate", missing]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        f"{missing}: cannot read the file: No such file or directory",
+        f"{missing}: cannot read the file: {_not_found(missing)}",
         "1 file checked: 0 valid, 1 invalid (1 problem)",
     ]
 

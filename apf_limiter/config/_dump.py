@@ -39,6 +39,7 @@ def dump_config(config: Configuration, *, form: str = "short") -> dict[str, obje
         "serverConcurrencyLimit": config.server_concurrency_limit,
         "requestWaitLimit": config.request_wait_limit,
         "borrowingPeriod": config.borrowing_period,
+        **_enforcement(config),
         "priorityLevels": [
             dump_priority_level(level, form=form) for level in config.priority_levels
         ],
@@ -49,6 +50,16 @@ def dump_config(config: Configuration, *, form: str = "short") -> dict[str, obje
             if schema.name not in config.imagined_flow_schemas
         ],
     }
+
+
+def _enforcement(config: Configuration) -> dict[str, object]:
+    """The enforcement settings, left out where they are the default (as Kubernetes dumps)."""
+    settings: dict[str, object] = {}
+    if config.enforcement != "Enforce":
+        settings["enforcement"] = config.enforcement
+    if config.priority_level_enforcement:
+        settings["priorityLevelEnforcement"] = dict(config.priority_level_enforcement)
+    return settings
 
 
 def _check_form(form: str) -> None:

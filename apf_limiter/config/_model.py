@@ -13,6 +13,7 @@ from typing import Literal
 
 from apf_limiter.config._settings import (
     DEFAULT_BORROWING_PERIOD,
+    DEFAULT_ENFORCEMENT,
     DEFAULT_REQUEST_WAIT_LIMIT,
     DEFAULT_SERVER_CONCURRENCY_LIMIT,
 )
@@ -248,6 +249,11 @@ class Configuration:
             that the configuration did not give and the loader added. Kubernetes tries an added
             ``exempt`` first and an added ``catch-all`` last, whatever the others' precedence;
             given ones are sorted by precedence and name like the rest.
+        enforcement: ``"Enforce"`` holds and rejects requests; ``"Shadow"`` runs every
+            request at once and reports what enforcing would have done (an apf_limiter
+            setting; Kubernetes has no dry run).
+        priority_level_enforcement: Levels whose enforcement differs from ``enforcement``,
+            as ``(level name, enforcement)`` pairs sorted by name.
     """
 
     server_concurrency_limit: int = DEFAULT_SERVER_CONCURRENCY_LIMIT
@@ -256,6 +262,15 @@ class Configuration:
     priority_levels: tuple[PriorityLevel, ...] = ()
     flow_schemas: tuple[FlowSchema, ...] = ()
     imagined_flow_schemas: tuple[str, ...] = ()
+    enforcement: str = DEFAULT_ENFORCEMENT
+    priority_level_enforcement: tuple[tuple[str, str], ...] = ()
+
+    def enforcement_of(self, level_name: str) -> str:
+        """The enforcement of the level named ``level_name`` (``"Enforce"`` or ``"Shadow"``)."""
+        for name, enforcement in self.priority_level_enforcement:
+            if name == level_name:
+                return enforcement
+        return self.enforcement
 
     def priority_level(self, name: str) -> PriorityLevel:
         """Return the level named ``name``.

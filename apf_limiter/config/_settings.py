@@ -1,4 +1,7 @@
-"""Server-wide settings: ``serverConcurrencyLimit``, ``requestWaitLimit``, ``borrowingPeriod``.
+"""Server-wide settings: the server limit, wait limit, borrowing period and enforcement.
+
+The keys are ``serverConcurrencyLimit``, ``requestWaitLimit``, ``borrowingPeriod``,
+``enforcement`` and ``priorityLevelEnforcement``.
 
 Their defaults, their bounds, and their reading and checking from the one document in our
 shape that holds them (settings are addressed by their bare names). Nothing else of the
@@ -15,7 +18,13 @@ if TYPE_CHECKING:
     from apf_limiter.config._problems import Problems
 
 #: The settings' keys, in the order problems and messages list them.
-SETTING_KEYS: tuple[str, ...] = ("serverConcurrencyLimit", "requestWaitLimit", "borrowingPeriod")
+SETTING_KEYS: tuple[str, ...] = (
+    "serverConcurrencyLimit",
+    "requestWaitLimit",
+    "borrowingPeriod",
+    "enforcement",
+    "priorityLevelEnforcement",
+)
 
 DEFAULT_SERVER_CONCURRENCY_LIMIT = 600
 DEFAULT_REQUEST_WAIT_LIMIT = 15.0
@@ -25,6 +34,10 @@ MAX_REQUEST_WAIT_LIMIT = 60.0
 #: Kubernetes adjusts every 10 s; far shorter periods only burn CPU (a subnormal one broke the
 #: schedule's arithmetic), so a millisecond is the floor.
 MIN_BORROWING_PERIOD = 0.001
+#: ``Enforce`` (the default) holds and rejects requests; ``Shadow`` lets every request run at
+#: once and only reports what enforcing would have done.
+ENFORCEMENTS: tuple[str, ...] = ("Enforce", "Shadow")
+DEFAULT_ENFORCEMENT = "Enforce"
 
 
 def read_settings(reader: Reader | None, problems: Problems) -> tuple[int, float, float]:
@@ -69,3 +82,44 @@ def read_settings(reader: Reader | None, problems: Problems) -> tuple[int, float
             "borrowingPeriod", period, f"must be at least {MIN_BORROWING_PERIOD:g} (seconds)"
         )
     return server_limit, wait_limit, period
+
+
+def read_enforcement(
+    reader: Reader | None, level_names: set[str], problems: Problems
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Read ``enforcement`` and ``priorityLevelEnforcement`` (level name to enforcement).
+
+    Args:
+        reader: Reader of the document holding the settings, or ``None`` when none does.
+        level_names: The configured priority levels' names (mandatory ones included).
+        problems: Where problems are recorded.
+
+    Returns:
+        The enforcement of every level, and the levels that override it (sorted by name).
+    """
+    if reader is None:
+        return DEFAULT_ENFORCEMENT, ()
+    enforcement = reader.string("enforcement")
+    if enforcement is None:
+        enforcement = DEFAULT_ENFORCEMENT
+    elif enforcement not in ENFORCEMENTS:
+        problems.not_supported("enforcement", enforcement, ENFORCEMENTS)
+    overrides = reader.mapping("priorityLevelEnforcement", None)
+    if overrides is None:
+        return enforcement, ()
+    by_level: dict[str, str] = {}
+    for name in overrides.raw:
+        if not isinstance(name, str):
+            problems.wrong_type(overrides.path, name, "level names must be strings")
+            continue
+        value = overrides.string(name)
+        if value is None:
+            continue
+        path = overrides.child_path(name)
+        if value not in ENFORCEMENTS:
+            problems.not_supported(path, value, ENFORCEMENTS)
+        elif name not in level_names:
+            problems.not_found(path, name, "no priority level of this name")
+        else:
+            by_level[name] = value
+    return enforcement, tuple(sorted(by_level.items()))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from apf_limiter._errors import ConfigError
@@ -50,7 +50,7 @@ from apf_limiter.config._schemas import (
     parse_flow_schema,
     validate_flow_schema,
 )
-from apf_limiter.config._settings import SETTING_KEYS, read_settings
+from apf_limiter.config._settings import SETTING_KEYS, read_enforcement, read_settings
 from apf_limiter.config._text import parse_documents, parse_file, read_documents
 
 #: What :func:`load_config` accepts: the one definition of a configuration source.
@@ -153,12 +153,25 @@ def load_documents(documents: Sequence[object]) -> Configuration:
     problems = Problems()
     collected = _collect(documents, problems)
     settings = read_settings(collected.settings, problems)
+    builtin = default_configuration() if _settings_only(collected) else None
     level_drafts = _check_levels(collected.levels, problems)
     level_names = {draft.name for draft in level_drafts if draft.name} | {EXEMPT, CATCH_ALL}
+    if builtin is not None:
+        level_names = {level.name for level in builtin.priority_levels}
     schema_drafts = _check_schemas(collected.schemas, level_names, problems)
+    enforcement, overrides = read_enforcement(collected.settings, level_names, problems)
     if problems:
         raise ConfigError(problems.items)
     server_limit, wait_limit, period = settings
+    if builtin is not None:
+        return replace(
+            builtin,
+            server_concurrency_limit=server_limit,
+            request_wait_limit=wait_limit,
+            borrowing_period=period,
+            enforcement=enforcement,
+            priority_level_enforcement=overrides,
+        )
     schemas = [build_flow_schema(d) for d in schema_drafts]
     return Configuration(
         server_concurrency_limit=server_limit,
@@ -169,6 +182,27 @@ def load_documents(documents: Sequence[object]) -> Configuration:
         ),
         flow_schemas=_with_mandatory(schemas, MANDATORY_FLOW_SCHEMAS),
         imagined_flow_schemas=tuple(m.name for m in _missing(schemas, MANDATORY_FLOW_SCHEMAS)),
+        enforcement=enforcement,
+        priority_level_enforcement=overrides,
+    )
+
+
+def _settings_only(collected: _Collected) -> bool:
+    """Whether the documents give settings but no levels and no schemas, not even empty lists.
+
+    Then the built-in web-app levels and schemas apply, with those settings:
+    ``serverConcurrencyLimit: 50`` alone used to drop every level, so all traffic went to
+    catch-all, without queues or fairness, and the probes were no longer exempt. Explicit
+    empty lists still mean no levels (only the mandatory ``exempt`` and ``catch-all``).
+    """
+    settings = collected.settings
+    return (
+        settings is not None
+        and bool(settings.raw)
+        and not collected.levels
+        and not collected.schemas
+        and "priorityLevels" not in settings.raw
+        and "flowSchemas" not in settings.raw
     )
 
 

@@ -68,6 +68,11 @@ def file_format(name: str) -> str:
 def unreadable(name: str, error: OSError | ValueError) -> ConfigError:
     """The error for a file that cannot be read (``error`` is what opening or reading raised)."""
     detail = (error.strerror if isinstance(error, OSError) else None) or error
+    if isinstance(error, FileNotFoundError):
+        # A relative path resolves against the working directory, which is often not the
+        # one the user thinks of (a service manager, a container, a test runner): name both.
+        where = os.path.abspath(name)
+        detail = f"{detail} (looked for {where}; the working directory is {os.getcwd()})"
     return ConfigError([ConfigProblem(name, f"cannot read the file: {detail}")])
 
 

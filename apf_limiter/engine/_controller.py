@@ -117,6 +117,8 @@ class Controller:
             schema.name: self.flow_schema_counters.get(schema.name) or FlowSchemaCounters()
             for schema in classifier.flow_schemas
         }
+        for name, state in levels.items():
+            state.shadow = not state.plan.is_exempt and config.enforcement_of(name) == "Shadow"
         self.levels = levels
         self.classifier = classifier
         self.flow_schema_counters = counters
@@ -321,6 +323,10 @@ class Controller:
     def is_exempt(self, request: Request) -> bool:
         """Whether the request's level is exempt."""
         return cast(LevelState, request.level).queue_set.is_exempt
+
+    def is_shadow(self, request: Request) -> bool:
+        """Whether the request's level is in shadow mode (enforcement ``Shadow``)."""
+        return cast(LevelState, request.level).shadow
 
     def overdue_lingering(self, overdue: float) -> list[Request]:
         """The lingering requests whose final seats were due back by ``overdue``."""

@@ -117,6 +117,8 @@ class LevelDump:
         queueless_executing: Requests executing without a queue (exempt and ``Reject``
             levels), in order of start.
         lingering: Requests that finished and hold their final seats, in order of start.
+        shadow: Whether the level is in shadow mode: its requests run at once, and what this
+            dump shows of it (queues, seats, rejections) is what enforcing would have done.
     """
 
     name: str
@@ -137,6 +139,7 @@ class LevelDump:
     queues: tuple[QueueDump, ...]
     queueless_executing: tuple[RequestDump, ...]
     lingering: tuple[RequestDump, ...]
+    shadow: bool = False
 
     @property
     def is_idle(self) -> bool:
@@ -179,6 +182,7 @@ def _dump_level(state: LevelState, statistics: PriorityLevelStatistics) -> Level
     qs = state.queue_set
     return LevelDump(
         name=state.name,
+        shadow=state.shadow,
         statistics=statistics,
         desired_num_queues=qs.desired_num_queues,
         queue_length_limit=qs.queue_length_limit,

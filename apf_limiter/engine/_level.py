@@ -42,6 +42,8 @@ class LevelState:
         max_seats: The most seats one request may take: ``digested_max_seats``, capped at
             :data:`DEFAULT_MAX_SEATS` (which also stands in for 0).
         quiescing: Whether the level left the configuration and is draining.
+        shadow: Whether the level is in shadow mode: its requests run at once and the shell
+            holds each one's virtual twin here, as if enforced (never for an exempt level).
         demand: The smoothed demand statistics.
         target: The allocation target of the last adjustment.
     """
@@ -53,6 +55,7 @@ class LevelState:
         "digested_max_seats",
         "max_seats",
         "quiescing",
+        "shadow",
         "demand",
         "target",
         "uses_hash",
@@ -64,6 +67,7 @@ class LevelState:
         self.config = config
         self.plan = plan
         self.quiescing = False
+        self.shadow = False
         desired, queue_length_limit, hand_size = queuing_shape(plan)
         self.queue_set = QueueSet(
             config.name,

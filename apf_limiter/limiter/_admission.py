@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 from apf_limiter._clock import Timer
 from apf_limiter._digest import RequestDigest
 from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.limiter._shadow import ADMITTED_AT_ONCE, ShadowOutcome, Twin
 
 if TYPE_CHECKING:
     from apf_limiter.limiter._shell import Shell
@@ -60,6 +61,7 @@ class Admission:
         "_queue_wait",
         "_timer",
         "_phase",
+        "_twin",
     )
 
     def __init__(self, limiter: Shell, digest: RequestDigest, wait_limit: float | None) -> None:
@@ -70,6 +72,9 @@ class Admission:
         self._queue_wait = 0.0
         self._timer: Timer | None = None  # the wait-limit timer, while QUEUED
         self._phase = _NEW
+        # Shadow mode: the virtual twin of a request admitted at once at a shadow level that
+        # enforcing would not have admitted at once (limiter/_shadow.py).
+        self._twin: Twin | None = None
 
     @property
     def _started(self) -> Request:
@@ -124,6 +129,23 @@ class Admission:
         """The request digest that was admitted."""
         return self._digest
 
+    @property
+    def shadow(self) -> ShadowOutcome | None:
+        """What enforcing would have done, if the request's level is in shadow mode.
+
+        ``None`` when the level enforces. In shadow mode the request runs at once, and this
+        tells the wait it would have had, or the rejection and Retry-After it would have got;
+        ``decided`` is ``False`` while its twin still waits in its queue (which can outlast
+        the request).
+        """
+        twin = self._twin
+        if twin is not None:
+            return twin.outcome
+        request = self._started
+        if self._limiter._controller.is_shadow(request):
+            return ADMITTED_AT_ONCE
+        return None
+
     def start(self) -> bool:
         """Classify the request and start it, without waiting.
 
@@ -146,6 +168,11 @@ class Admission:
         self._request = request = limiter._arrive(self._digest)
         state = request.state
         if state is _EXECUTING:
+            self._phase = _ADMITTED
+            return True
+        if limiter._controller.is_shadow(request):
+            # Shadow mode: the request runs now; its twin waits, or was rejected, for it.
+            self._twin = Twin(limiter, request, self._wait_limit)
             self._phase = _ADMITTED
             return True
         self._phase = _ENDED  # rejected, or (should queuing fail) abandoned
@@ -172,7 +199,7 @@ class Admission:
             raise RuntimeError("wait() needs start() first")
         if self._phase is not _QUEUED:
             # Not waiting (any more): admitted at start(), or already done waiting.
-            if request.state is _EXECUTING:
+            if request.state is _EXECUTING or self._twin is not None:
                 return
             if request.state is _TIMED_OUT:
                 raise self._limiter._rejection(request)
@@ -238,7 +265,10 @@ class Admission:
         state = request.state
         if phase is _ADMITTED:
             self._phase = _ENDED
-            if state is _EXECUTING:
+            twin = self._twin
+            if twin is not None:
+                twin.real_ended(ran)
+            elif state is _EXECUTING:
                 self._limiter._finish(request, ran=ran)
         elif phase is _QUEUED:
             self._end_wait()

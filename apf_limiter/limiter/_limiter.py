@@ -25,7 +25,7 @@ from apf_limiter.engine._dump import EngineDump, dump_engine
 from apf_limiter.engine._statistics import LimiterStatistics
 from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._reload import ConfigFile, Reloader
-from apf_limiter.limiter._shell import Shell
+from apf_limiter.limiter._shell import DEFAULT_MAX_SHADOW_TWINS, Shell
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
@@ -58,10 +58,15 @@ class Limiter(Shell):
         hash_seed: Seed of the flow hash; ``None`` picks a random one, so clients cannot
             pre-compute flows that collide with a victim's queues.
         observer: Receives every request's events (for metrics); ``None`` costs nothing.
+        max_shadow_twins: In shadow mode (``enforcement: Shadow``), how many virtual twins
+            may outlive their requests at once (still queued, or holding seats for their
+            request's execution time); past it a new one is dropped and reported as
+            ``dropped``. See ``docs/rolling-out.md``.
 
     Raises:
         ConfigError: If the configuration is invalid.
         TypeError: If ``hash_seed`` is not an integer.
+        ValueError: If ``max_shadow_twins`` is negative.
     """
 
     def __init__(
@@ -71,8 +76,9 @@ class Limiter(Shell):
         clock: Clock | None = None,
         hash_seed: int | None = None,
         observer: Observer | None = None,
+        max_shadow_twins: int = DEFAULT_MAX_SHADOW_TWINS,
     ) -> None:
-        super().__init__(config, clock, hash_seed, observer)
+        super().__init__(config, clock, hash_seed, observer, max_shadow_twins)
 
     @classmethod
     def from_file(
@@ -84,6 +90,7 @@ class Limiter(Shell):
         clock: Clock | None = None,
         hash_seed: int | None = None,
         observer: Observer | None = None,
+        max_shadow_twins: int = DEFAULT_MAX_SHADOW_TWINS,
     ) -> Limiter:
         """Create a limiter from a YAML or JSON file, optionally reloading it when it changes.
 
@@ -109,7 +116,13 @@ class Limiter(Shell):
         file = ConfigFile(path, reload_interval if reload else 0.0)
         # Read once, and the configuration is loaded from that very content: what the file
         # held then is what a later check compares with.
-        limiter = cls(file.load(), clock=clock, hash_seed=hash_seed, observer=observer)
+        limiter = cls(
+            file.load(),
+            clock=clock,
+            hash_seed=hash_seed,
+            observer=observer,
+            max_shadow_twins=max_shadow_twins,
+        )
         reloader = Reloader(file, limiter._scheduler, limiter._apply_file)
         limiter._reloader = reloader
         if reload:

@@ -92,6 +92,19 @@ class Reporter:
                 },
             )
 
+    def shadowed(self, request: Request, queue_wait: float | None, reason: str | None) -> None:
+        """A shadow-mode request's would-be outcome is known (observer only)."""
+        observer = self.observer
+        if observer is None:
+            return
+        # Observers written before shadow mode, not derived from Observer, may lack it.
+        method = getattr(observer, "request_shadowed", None)
+        if method is not None:
+            try:
+                method(request.priority_level, request.flow_schema, queue_wait, reason)
+            except Exception:
+                self.failed("request_shadowed")
+
     def orphan(self, request: Request) -> None:
         """A request was given seats after its event loop had closed."""
         logger.warning(

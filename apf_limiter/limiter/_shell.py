@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from apf_limiter._clock import Clock, RealClock, Timer, new_waiter
+from apf_limiter._clock import Clock, RealClock, Timer, Wakeable, new_waiter
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import ConfigError, Rejected
 from apf_limiter.config._model import Configuration
@@ -37,6 +37,10 @@ _LINGERING: Final = RequestState.LINGERING
 
 logger = logging.getLogger("apf_limiter")
 
+#: In shadow mode, the virtual twins that may outlive their requests at once, by default
+#: (``limiter/_shadow.py``).
+DEFAULT_MAX_SHADOW_TWINS: Final = 10_000
+
 
 class Shell:
     """A limiter's parts and the code that acts for requests; :class:`Limiter` adds the API.
@@ -50,7 +54,15 @@ class Shell:
         clock: Clock | None,
         hash_seed: int | None,
         observer: Observer | None,
+        max_shadow_twins: int = DEFAULT_MAX_SHADOW_TWINS,
     ) -> None:
+        if type(max_shadow_twins) is not int or max_shadow_twins < 0:
+            raise ValueError(
+                f"max_shadow_twins must be a non-negative integer, got {max_shadow_twins!r}"
+            )
+        # Shadow mode: twins that outlive their real requests, and how many may (_shadow.py).
+        self._outliving_twins = 0
+        self._max_shadow_twins = max_shadow_twins
         self._reporter = Reporter(observer)
         # A bad first configuration raises: there is nothing to keep.
         self._config = load_configuration(config)
@@ -162,6 +174,8 @@ class Shell:
         if state is _EXECUTING:
             if observer is not None:
                 reporter.dispatched(request, 0.0, controller.is_exempt(request))
+                if controller.is_shadow(request):
+                    reporter.shadowed(request, 0.0, None)  # would have run at once too
             return request
         if state is not _WAITING:
             return request  # rejected: Admission.start raises
@@ -179,12 +193,14 @@ class Shell:
                 reporter.dispatched(request, 0.0, False)
         return request
 
-    def _queue(self, request: Request, wait_limit: float | None) -> Timer:
-        """Set up a waiting request's waiter and wait-limit timer; return the timer."""
+    def _queue(
+        self, request: Request, wait_limit: float | None, handle: Wakeable | None = None
+    ) -> Timer:
+        """Set up a waiting request's waiter (``handle``: a shadow twin) and wait-limit timer."""
         if wait_limit is None:
             wait_limit = self._config.request_wait_limit
         try:
-            request.handle = new_waiter()
+            request.handle = new_waiter() if handle is None else handle
             timer = self._clock.call_later(wait_limit, self._wait_limit_callback, request)
         except BaseException:
             # No event loop to wait in: leave nothing behind in the queue (a request nobody
@@ -194,13 +210,14 @@ class Shell:
         self._scheduler.arm_borrowing_timer(self._clock.now())
         return timer
 
-    def _finish(self, request: Request, *, ran: bool = True) -> None:
+    def _finish(self, request: Request, *, ran: bool = True, report: bool = True) -> None:
+        """End an executing request; ``report=False`` for a shadow twin (its real one did)."""
         now = self._now()
         if now >= self._scheduler.next_check:
             self._housekeeping(now)
         reporter = self._reporter
         observer = reporter.observer
-        if observer is not None:
+        if observer is not None and report:
             # A request dispatched by a borrowing adjustment starts at the adjustment's due
             # time, which can read a hair (float rounding) after the clock: never report a
             # negative execution time.

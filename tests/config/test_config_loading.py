@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import copy
 import json
 import sys
@@ -256,8 +258,22 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert [str(p) for p in caught.value.problems] == [
-        f"{path}: cannot read the file: No such file or directory"
+        f"{path}: cannot read the file: No such file or directory (looked for {path}; the "
+        f"working directory is {os.getcwd()})"
     ]
+
+
+def test_a_missing_relative_path_names_the_absolute_path_and_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A relative path resolves against the working directory, which a service manager or a
+    # container often sets elsewhere than the user thinks.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        load_config("conf/apf.yaml")
+    message = str(caught.value.problems[0])
+    assert f"looked for {tmp_path / 'conf' / 'apf.yaml'}" in message
+    assert f"the working directory is {tmp_path}" in message
 
 
 def test_an_unknown_suffix_is_a_config_error(tmp_path: Path) -> None:
