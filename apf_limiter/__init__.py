@@ -16,7 +16,7 @@ from apf_limiter.engine._statistics import (
     LimiterStatistics,
     PriorityLevelStatistics,
 )
-from apf_limiter.limiter import Admission, Limiter
+from apf_limiter.limiter import Admission, Limiter, ShadowOutcome
 
 if TYPE_CHECKING:
     from apf_limiter.asgi import APFMiddleware
@@ -35,6 +35,7 @@ __all__ = [
     "PriorityLevelStatistics",
     "Rejected",
     "RequestDigest",
+    "ShadowOutcome",
     "__version__",
     "load_config",
 ]

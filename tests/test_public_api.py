@@ -37,6 +37,7 @@ CONTRACT = [
     "PriorityLevelStatistics",
     "Rejected",
     "RequestDigest",
+    "ShadowOutcome",
     "__version__",
     "load_config",
 ]

@@ -208,7 +208,7 @@ def test_a_crowded_trace_is_the_same_in_shadow() -> None:
     # example of what the property checks, and a check that it does reject and wait.
     shapes = [(10, 50, False, 2), (10, 90, False, 1), (5, 0, True, 1)]
     raw = [
-        (17 * i % 90, i % 3, i % 6, 1 + i % 3, (i * 7) % 4, (0, 150, 900)[i % 3], 300 + 97 * i % 900)
+        (17 * i % 90, i % 3, i % 6, 1 + i % 3, i * 7 % 4, (0, 150, 900)[i % 3], 300 + 97 * i % 900)
         for i in range(40)
     ]
     config = _config(4, 1.5, shapes)
