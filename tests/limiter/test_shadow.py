@@ -53,8 +53,9 @@ async def test_nothing_waits_or_is_rejected_and_each_request_learns_its_fate() -
     async with first, second, third:  # would be: run, wait, queue-full
         assert first.shadow == ShadowOutcome(True, 0.0)
         assert second.shadow == ShadowOutcome(False)  # its twin waits behind the first
-        assert third.shadow == ShadowOutcome(True, None, "queue-full", third.shadow.retry_after)
-        assert third.shadow.rejected and third.shadow.retry_after is not None
+        rejected = third.shadow
+        assert rejected is not None and rejected.rejected and rejected.retry_after is not None
+        assert rejected == ShadowOutcome(True, None, "queue-full", rejected.retry_after)
         assert second.queue_wait == third.queue_wait == 0.0  # the real requests did not wait
         await clock.advance(2.0)
     # The first ended at 2 s: the second's twin is dispatched then, and would have waited 2 s.
