@@ -5,8 +5,9 @@ Subcommands:
 * ``apf-limiter validate FILE...`` loads each file, prints every problem as
   ``FILE: <path>: <message>`` (or ``FILE: OK (...)``) and a summary; exits 1 if any file has a
   problem.
-* ``apf-limiter show [FILE] [--server-concurrency-limit N]`` prints the concurrency plan of a
-  file (or of the built-in default configuration) as text tables.
+* ``apf-limiter show [FILE] [--server-concurrency-limit N] [--workers N]`` prints the
+  concurrency plan of a file (or of the built-in default configuration) as text tables, and
+  with ``--workers`` the seats per process and in total.
 * ``apf-limiter defaults [--form short|kubernetes] [--json]`` prints the built-in
   configuration, to start one's own from.
 * ``apf-limiter demo [--duration SECONDS] ...`` floods a local server with an elephant and
@@ -90,7 +91,7 @@ def _show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 1
     plan = plan_configuration(config, args.server_concurrency_limit)
     source = file if file is not None else "built-in default configuration"
-    out.write(render_plan(config, plan, source=source))
+    out.write(render_plan(config, plan, source=source, workers=args.workers))
     return 0
 
 
@@ -132,6 +133,14 @@ def _add_show(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=_positive_int,
         metavar="N",
         help="plan for N seats instead of the configuration's serverConcurrencyLimit",
+    )
+    parser.add_argument(
+        "--workers",
+        "-w",
+        type=_positive_int,
+        metavar="N",
+        help="N worker processes (uvicorn --workers, gunicorn -w) or replicas: print the seats "
+        "per process and in total (each process has its own limiter)",
     )
 
 

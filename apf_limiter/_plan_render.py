@@ -178,13 +178,17 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
-def render_plan(config: Configuration, plan: ConfigurationPlan, *, source: str) -> str:
+def render_plan(
+    config: Configuration, plan: ConfigurationPlan, *, source: str, workers: int | None = None
+) -> str:
     """Render a configuration and its plan as text.
 
     Args:
         config: The configuration (its flow schemas and timing settings are shown).
         plan: The plan of its priority levels (possibly for another server limit).
         source: Where the configuration came from, shown in the header.
+        workers: The worker processes (or replicas) that each run this plan, if given: a
+            header line states the seats per process and in total.
 
     Returns:
         The text, ending with a newline: a header (server limit, share sum, nominal limit
@@ -198,6 +202,7 @@ def render_plan(config: Configuration, plan: ConfigurationPlan, *, source: str) 
         f"   nominal limit sum: {plan.nominal_limit_sum}",
         f"Most requests running at once: {plan.max_executing_requests} (plus exempt ones;"
         " the server limit is a target, not a cap)",
+        *_workers_line(plan, workers),
         f"Request wait limit: {_number(config.request_wait_limit)}s"
         f"   borrowing period: {_number(config.borrowing_period)}s",
         "",
@@ -214,6 +219,18 @@ def render_plan(config: Configuration, plan: ConfigurationPlan, *, source: str) 
         lines += ["", "Notes:"]
         lines.extend(f"  - {note}" for note in notes)
     return "\n".join(lines) + "\n"
+
+
+def _workers_line(plan: ConfigurationPlan, workers: int | None) -> list[str]:
+    """The seats of ``workers`` processes that each run the plan (none without ``workers``)."""
+    if workers is None:
+        return []
+    limit, most = plan.server_concurrency_limit, plan.max_executing_requests
+    return [
+        f"Workers: {workers}, each with its own limiter: {limit} seats per process, "
+        f"{limit * workers} in total (at most {most * workers} requests running at once, plus "
+        "exempt ones); fairness holds within each process"
+    ]
 
 
 def plan_notes(plan: ConfigurationPlan) -> list[str]:

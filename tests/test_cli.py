@@ -371,3 +371,16 @@ def test_plan_notes_for_reject_and_jail_levels() -> None:
     notes = plan_notes(plan_configuration(config))
     assert any(n.startswith("lender: lower limit 0 on a Reject level") for n in notes)
     assert any(n.startswith("jail: no nominal seats") and "admits nothing" in n for n in notes)
+
+
+def test_show_workers_states_the_seats_per_process_and_in_total(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["show", "--workers", "4", "-c", "100"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    workers = [line for line in lines if line.startswith("Workers:")]
+    assert len(workers) == 1
+    assert "100 seats per process, 400 in total" in workers[0]
+    assert main(["show"]) == 0
+    assert not any(line.startswith("Workers:") for line in capsys.readouterr().out.splitlines())
+    assert main(["show", "--workers", "0"]) == 2
