@@ -94,6 +94,7 @@ OBSERVABILITY_CONTRACT = [
     "dump_priority_levels",
     "dump_queues",
     "dump_requests",
+    "dump_top_flows",
     "metrics_app",
 ]
 

@@ -343,10 +343,11 @@ class Controller:
         return sum(state.queue_set.requests_waiting for state in self.levels.values())
 
     def _record_drop(self, request: Request, now: float) -> None:
-        """Record a dropped request for its level's Retry-After, and keep that on the request."""
-        level = request.priority_level
-        self.tracker.record_dropped(level, int(now // 1))
-        request.retry_after = self.tracker.retry_after(level)
+        """Record a drop for Retry-After (kept on the request) and for who is flooding."""
+        level = cast(LevelState, request.level)
+        level.rejected_flows.record(request.flow_schema, request.distinguisher, now)
+        self.tracker.record_dropped(level.name, int(now // 1))
+        request.retry_after = self.tracker.retry_after(level.name)
 
     def _limits(self) -> dict[str, int]:
         return {name: state.queue_set.concurrency_limit for name, state in self.levels.items()}

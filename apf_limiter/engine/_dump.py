@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from apf_limiter.engine._heavy_hitters import FlowCount
 from apf_limiter.engine._statistics import LimiterStatistics, PriorityLevelStatistics
 
 if TYPE_CHECKING:
@@ -119,6 +120,12 @@ class LevelDump:
         lingering: Requests that finished and hold their final seats, in order of start.
         shadow: Whether the level is in shadow mode: its requests run at once, and what this
             dump shows of it (queues, seats, rejections) is what enforcing would have done.
+        rejected_flows: Who is being rejected: the flows (flow schema, distinguisher) with
+            the most rejections and ended waits over the last minute, as a bounded
+            heavy-hitters sketch estimates them (at most 128; ``rejections`` is an upper
+            bound, ``rejections - error`` a lower one, by which they are ranked). At a
+            shadow level these are the twins': what enforcing would have rejected. Empty
+            when the dump is taken without ``now``.
     """
 
     name: str
@@ -140,6 +147,7 @@ class LevelDump:
     queueless_executing: tuple[RequestDump, ...]
     lingering: tuple[RequestDump, ...]
     shadow: bool = False
+    rejected_flows: tuple[FlowCount, ...] = ()
 
     @property
     def is_idle(self) -> bool:
@@ -168,21 +176,32 @@ _EXECUTING: Final = "EXECUTING"
 _LINGERING: Final = "LINGERING"
 
 
-def dump_engine(controller: Controller) -> EngineDump:
-    """Copy the state of ``controller`` into an :class:`EngineDump` (a pure read)."""
+def dump_engine(controller: Controller, now: float | None = None) -> EngineDump:
+    """Copy the state of ``controller`` into an :class:`EngineDump` (a pure read).
+
+    Args:
+        controller: The engine to copy.
+        now: The current time, which says which rejections are in the last minute
+            (``LevelDump.rejected_flows``); ``None`` leaves those out.
+    """
     statistics = controller.statistics()
     levels = statistics.priority_levels
     return EngineDump(
         statistics,
-        tuple(_dump_level(state, levels[name]) for name, state in list(controller.levels.items())),
+        tuple(
+            _dump_level(state, levels[name], now) for name, state in list(controller.levels.items())
+        ),
     )
 
 
-def _dump_level(state: LevelState, statistics: PriorityLevelStatistics) -> LevelDump:
+def _dump_level(
+    state: LevelState, statistics: PriorityLevelStatistics, now: float | None
+) -> LevelDump:
     qs = state.queue_set
     return LevelDump(
         name=state.name,
         shadow=state.shadow,
+        rejected_flows=() if now is None else state.rejected_flows.top(now),
         statistics=statistics,
         desired_num_queues=qs.desired_num_queues,
         queue_length_limit=qs.queue_length_limit,

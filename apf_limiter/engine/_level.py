@@ -12,6 +12,7 @@ from typing import Final
 from apf_limiter.config._model import Configuration, PriorityLevel
 from apf_limiter.engine._borrowing import BorrowingInput, SeatDemandStats
 from apf_limiter.engine._concurrency import LevelPlan
+from apf_limiter.engine._heavy_hitters import RejectedFlows
 from apf_limiter.engine._queueset import QueueSet
 from apf_limiter.engine._request import Request
 from apf_limiter.engine._seat_seconds import (
@@ -46,6 +47,8 @@ class LevelState:
             holds each one's virtual twin here, as if enforced (never for an exempt level).
         demand: The smoothed demand statistics.
         target: The allocation target of the last adjustment.
+        rejected_flows: Its rejections and ended waits by flow over the last minute, in
+            bounded memory (at a shadow level: the twins', what enforcing would reject).
     """
 
     __slots__ = (
@@ -60,6 +63,7 @@ class LevelState:
         "target",
         "uses_hash",
         "name",
+        "rejected_flows",
     )
 
     def __init__(self, config: PriorityLevel, plan: LevelPlan, now: float) -> None:
@@ -82,6 +86,7 @@ class LevelState:
         self.uses_hash = desired > 1
         self.demand = SeatDemandStats()
         self.target = 0.0
+        self.rejected_flows = RejectedFlows()
 
     def reconfigure(self, config: PriorityLevel, plan: LevelPlan) -> None:
         """Take a new configuration and plan, keeping the current limit (borrowing sets it).

@@ -182,7 +182,7 @@ class Limiter(Shell):
         A pure read, in the style of Kubernetes' ``QueueSet.Dump()``: the debug dumps, the
         dashboard and the metrics read nothing else of the engine.
         """
-        return dump_engine(self._controller)
+        return dump_engine(self._controller, self._clock.now())
 
     def adjust_borrowing(self) -> None:
         """Run one borrowing adjustment now (the periodic schedule is not moved)."""

@@ -8,7 +8,8 @@
 * :func:`debug_app` — the three Kubernetes dumps (text or JSON) and the HTML dashboard, each
   denied unless an ``authorize(scope)`` hook allows it.
 * :func:`dump_priority_levels`, :func:`dump_queues`, :func:`dump_requests` and
-  :func:`dashboard_feed` — the same data as values.
+  :func:`dashboard_feed` — the same data as values; :func:`dump_top_flows` — who is flooding:
+  each level's top flows by seats, waiting requests and rejections over the last minute.
 * :class:`Observer` — the interface a limiter reports each request's events to (subclass it
   for metrics of your own).
 
@@ -19,7 +20,13 @@ only, never the engine's own objects.
 from apf_limiter._observer import Observer
 from apf_limiter.observability._catalog import METRICS, MetricSpec
 from apf_limiter.observability._dashboard import dashboard_feed
-from apf_limiter.observability._dumps import Dump, dump_priority_levels, dump_queues, dump_requests
+from apf_limiter.observability._dumps import (
+    Dump,
+    dump_priority_levels,
+    dump_queues,
+    dump_requests,
+    dump_top_flows,
+)
 from apf_limiter.observability._endpoints import (
     DEBUG_PREFIX,
     DebugApp,
@@ -43,5 +50,6 @@ __all__ = [
     "dump_priority_levels",
     "dump_queues",
     "dump_requests",
+    "dump_top_flows",
     "metrics_app",
 ]

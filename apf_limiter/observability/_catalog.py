@@ -1,7 +1,7 @@
 """The metric catalogue: every Kubernetes ``apiserver_flowcontrol_*`` metric we export.
 
 Then the few of our own (``origin="apf_limiter"``): shadow mode's would-be rejections, waits
-and dropped twins, and which levels are in shadow mode.
+and dropped twins, which levels are in shadow mode, and (opt-in) the top flows of each level.
 
 Names are given without the ``<namespace>_<subsystem>_`` prefix (``apf_flowcontrol_`` by
 default, ``apiserver_flowcontrol_`` in Kubernetes). ``source`` says how each one is produced:
@@ -152,6 +152,18 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("priority_level_shadow", "gauge", PL,
                "1 when the priority level is in shadow mode (nothing held or rejected), "
                "0 when it enforces", "scrape", origin="apf_limiter"),
+    # Who is flooding, opt-in (PrometheusMetrics(top_flows=N)): per level only its top N
+    # flows of each ranking, so the label set stays bounded whatever clients send.
+    MetricSpec("top_flow_seats_in_use", "gauge", (*PL_FS, "distinguisher"),
+               "Seats held now by each of the top N flows of the priority level by seats in "
+               "use (opt-in; only the top N flows)", "scrape", origin="apf_limiter"),
+    MetricSpec("top_flow_waiting_requests", "gauge", (*PL_FS, "distinguisher"),
+               "Requests waiting now of each of the top N flows of the priority level by "
+               "waiting requests (opt-in; only the top N flows)", "scrape", origin="apf_limiter"),
+    MetricSpec("top_flow_rejections", "gauge", (*PL_FS, "distinguisher"),
+               "Rejections and ended waits over the last minute of each of the top N flows of "
+               "the priority level by rejections, at least (a bounded sketch's lower bound; "
+               "opt-in; only the top N flows)", "scrape", origin="apf_limiter"),
 )  # fmt: skip
 
 _BY_NAME = {spec.name: spec for spec in METRICS}

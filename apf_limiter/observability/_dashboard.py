@@ -4,21 +4,32 @@ The page (``DASHBOARD_HTML`` of ``_dashboard_page``) is one small dependency-fre
 whose script polls the feed (the same URL with ``?format=json``) every second and redraws a
 table: per level its nominal, lower, upper and current limits, seats in use against the current
 limit, executing and waiting requests, the distribution of queue lengths, and rejections by
-reason. When any level is in shadow mode, a banner names those levels and says that nothing
-is held or rejected there; their rows are marked ``Shadow`` and their numbers read as what
-enforcing would do ("would wait", "would reject").
+reason; beneath each level, its top flows (who is flooding). When any level is in shadow
+mode, a banner names those levels and says that nothing is held or rejected there; their rows
+are marked ``Shadow`` and their numbers read as what enforcing would do ("would wait", "would
+reject").
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
+
+from apf_limiter.observability._top_flows import (
+    DEFAULT_TOP,
+    check_top,
+    hash_key,
+)
+from apf_limiter.observability._top_flows import top_flows as flows_of
 
 if TYPE_CHECKING:
     from apf_limiter.engine._dump import LevelDump
     from apf_limiter.limiter import Limiter
 
 
-def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
+def dashboard_feed(
+    limiter: Limiter, *, top_flows: int = DEFAULT_TOP, hash_distinguishers: bool | bytes = False
+) -> dict[str, Any]:
     """Return the dashboard's JSON document: a snapshot of every priority level.
 
     Levels come in configuration order (quiescing ones last). Each level carries its limits
@@ -28,8 +39,22 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
     hold how many waiting requests (see :func:`queue_length_buckets`). ``shadow`` says whether
     the level is in shadow mode: then nothing waits or is rejected there, and these numbers
     describe the requests' virtual twins, i.e. what enforcing would do. ``shadow_levels``
-    names the levels in shadow mode.
+    names the levels in shadow mode. ``top_flows`` lists who is flooding the level: the flows
+    (``flow_schema``, ``distinguisher``) among its ``top_flows`` by seats in use, by waiting
+    requests or by rejections over the last minute, each with ``seats_in_use``,
+    ``waiting_requests`` and ``rejections`` (see :func:`dump_top_flows`).
+
+    Args:
+        limiter: The limiter to show.
+        top_flows: How many flows of each ranking per level (0 to 100; 0 for none).
+        hash_distinguishers: Show distinguishers as short stable hashes (``True``, or a key
+            of up to 64 bytes).
+
+    Raises:
+        ValueError: If ``top_flows`` or ``hash_distinguishers`` is invalid.
     """
+    top = check_top(top_flows)
+    key = hash_key(hash_distinguishers)
     dump = limiter.dump()
     stats = dump.statistics
     levels: list[dict[str, Any]] = []
@@ -63,6 +88,7 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
                 "longest_queue": max(lengths, default=0),
                 "queue_lengths": queue_length_buckets(lengths),
                 "demand_smoothed": level.demand_smoothed,
+                "top_flows": [asdict(flow) for flow in flows_of(state, top, key)],
             }
         )
     return {

@@ -28,6 +28,10 @@ background:#f3ecfa;color:#3b2157;max-width:70em}
 #shadow_banner[hidden]{display:none}
 tr.shadow td{background:#faf6fd}
 td.shadow-mode{color:#7b4aa8;font-weight:600}
+tr.flows>td{padding:0 .7em .6em 2.2em;text-align:left;background:#fbfbfc}
+table.flows{box-shadow:none;font-size:.85em;margin-top:.2em}
+table.flows th,table.flows td{padding:.15em .6em}
+table.flows td.text{text-align:left;max-width:28em;overflow:hidden;text-overflow:ellipsis}
 td[data-label]:before{content:attr(data-label) " ";font-size:.75em;font-style:italic;
 color:#7b4aa8}
 """
@@ -105,6 +109,55 @@ function queuesCell(row, level) {
   td.appendChild(text);
 }
 
+// Who is flooding: the level's top flows by seats in use, waiting requests and rejections
+// over the last minute, in a small table under the level's row.
+const flowColumns = [["flow_schema", "flow schema"], ["distinguisher", "distinguisher"],
+  ["seats_in_use", "seats in use"], ["waiting_requests", "waiting"],
+  ["rejections", "rejected (last minute)"]];
+
+function flowsRow(level) {
+  const row = document.createElement("tr");
+  row.className = "flows";
+  row.dataset.flowsOf = level.name;
+  const holder = document.createElement("td");
+  holder.colSpan = 16;
+  const table = document.createElement("table");
+  table.className = "flows";
+  const head = document.createElement("tr");
+  const caption = document.createElement("th");
+  caption.textContent = "top flows";
+  caption.className = "name";
+  head.appendChild(caption);
+  for (const [, title] of flowColumns) {
+    const th = document.createElement("th");
+    th.textContent = title;
+    head.appendChild(th);
+  }
+  table.appendChild(head);
+  for (const flow of level.top_flows) {
+    const tr = document.createElement("tr");
+    tr.dataset.flow = level.name;
+    cell(tr, "rank", "", "");
+    for (const [field] of flowColumns) {
+      // textContent only: a distinguisher is client-chosen text.
+      const text = field === "flow_schema" || field === "distinguisher";
+      const td = cell(tr, field, flow[field], text ? "text" : "");
+      if (field === "distinguisher") {
+        td.title = flow[field];
+        if (flow[field] === "") td.textContent = "\u2014";
+      }
+      if (level.shadow && (field === "rejections" || field === "waiting_requests")) {
+        would(td, field === "rejections" ? "would reject" : "would wait",
+          "shadow mode: what enforcing would do");
+      }
+    }
+    table.appendChild(tr);
+  }
+  holder.appendChild(table);
+  row.appendChild(holder);
+  return row;
+}
+
 function render(feed) {
   const body = document.getElementById("levels");
   const rows = [];
@@ -138,6 +191,7 @@ function render(feed) {
     }
     cell(row, "dispatched", level.dispatched, "sep");
     rows.push(row);
+    if (level.top_flows && level.top_flows.length) rows.push(flowsRow(level));
   }
   body.replaceChildren(...rows);
   shadowBanner(feed);

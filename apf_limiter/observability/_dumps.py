@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from apf_limiter.engine._seat_seconds import seat_seconds_str
 from apf_limiter.observability._goformat import go_duration, rfc3339_nano
 from apf_limiter.observability._tabwriter import tabwrite
+from apf_limiter.observability._top_flows import DEFAULT_TOP, check_top, hash_key, top_flows
 
 if TYPE_CHECKING:
     from apf_limiter.engine._dump import LevelDump, RequestDump
@@ -76,6 +77,14 @@ REQUEST_COLUMNS = (
     "FinalSeats",
     "AdditionalLatency",
     "StartTime",
+)
+TOP_FLOW_COLUMNS = (
+    "PriorityLevelName",
+    "FlowSchemaName",
+    "FlowDistinguisher",
+    "SeatsInUse",
+    "WaitingRequests",
+    "RejectedLastMinute",
 )
 REQUEST_DETAIL_COLUMNS = (
     "UserName",
@@ -303,3 +312,47 @@ def _details(request: RequestDump) -> tuple[Cell, ...]:
         digest.resource,
         digest.subresource,
     )
+
+
+def dump_top_flows(
+    limiter: Limiter, *, top: int = DEFAULT_TOP, hash_distinguishers: bool | bytes = False
+) -> Dump:
+    """Who is flooding: per level, its top flows by seats, waiting requests and rejections.
+
+    Not a Kubernetes dump (``dump_top_flows``). One row per flow (flow schema and
+    distinguisher) that is among the ``top`` of its level by seats in use, by waiting requests
+    or by rejections and ended waits over the last minute (at least: the count a bounded
+    sketch is sure of), with all three numbers. Levels in configuration order, flows by seats,
+    then waiting, then rejections. When any level is in shadow mode, a last column
+    ``Enforcement`` says which; a shadow level's numbers are what enforcing would do.
+
+    Args:
+        limiter: The limiter to dump.
+        top: How many flows of each ranking, per level (0 to 100).
+        hash_distinguishers: Show each distinguisher as ``#`` and 12 hex digits of its
+            BLAKE2b hash: ``True`` unkeyed (the same everywhere), or a key of up to 64 bytes
+            (values as guessable as user names or addresses cannot be found by trying them).
+
+    Raises:
+        ValueError: If ``top`` or ``hash_distinguishers`` is invalid.
+    """
+    check_top(top, "top")
+    key = hash_key(hash_distinguishers)
+    levels = limiter.dump().levels
+    shadow = any(level.shadow for level in levels)
+    rows: list[tuple[Cell, ...]] = []
+    for level in levels:
+        for flow in top_flows(level, top, key):
+            row: tuple[Cell, ...] = (
+                level.name,
+                flow.flow_schema,
+                flow.distinguisher,
+                flow.seats_in_use,
+                flow.waiting_requests,
+                flow.rejections,
+            )
+            if shadow:
+                row += ("Shadow" if level.shadow else "Enforce",)
+            rows.append(row)
+    columns = TOP_FLOW_COLUMNS + ((ENFORCEMENT_COLUMN,) if shadow else ())
+    return Dump(columns, tuple(rows))

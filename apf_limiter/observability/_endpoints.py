@@ -4,6 +4,7 @@
 
 * ``dump_priority_levels``, ``dump_queues``, ``dump_requests`` (``?includeRequestDetails=1``):
   the Kubernetes dumps as aligned text, or JSON with ``?format=json``;
+* ``dump_top_flows``: who is flooding, the top flows of each level (``?top=N``), same forms;
 * ``dashboard``: the live HTML dashboard, and its JSON feed at ``dashboard?format=json``;
 * the prefix itself: a plain index of the above.
 
@@ -40,7 +41,9 @@ from apf_limiter.observability._dumps import (
     dump_priority_levels,
     dump_queues,
     dump_requests,
+    dump_top_flows,
 )
+from apf_limiter.observability._top_flows import DEFAULT_TOP, MAX_TOP, check_top, hash_key
 
 if TYPE_CHECKING:
     from apf_limiter.limiter import Limiter
@@ -67,6 +70,7 @@ _INDEX = """API Priority and Fairness debug endpoints:
   dump_priority_levels   one row per priority level   (?format=json)
   dump_queues            one row per queue            (?format=json)
   dump_requests          one row per request          (?includeRequestDetails=1, ?format=json)
+  dump_top_flows         top flows of each level      (?top=N, ?format=json)
   dashboard              live HTML dashboard          (?format=json for its feed)
 """
 
@@ -87,7 +91,13 @@ def _route_path(scope: Scope) -> str:
     return path.rstrip("/") or "/"
 
 
-def debug_app(limiter: Limiter, *, authorize: Authorize | None = None) -> DebugApp:
+def debug_app(
+    limiter: Limiter,
+    *,
+    authorize: Authorize | None = None,
+    top_flows: int = DEFAULT_TOP,
+    hash_distinguishers: bool | bytes = False,
+) -> DebugApp:
     """Create the ASGI app of the APF debug endpoints of ``limiter``.
 
     Args:
@@ -95,12 +105,20 @@ def debug_app(limiter: Limiter, *, authorize: Authorize | None = None) -> DebugA
         authorize: ``authorize(scope) -> bool`` (or an async function): whether the request
             described by the ASGI scope may see the endpoints. Only ``True`` allows; ``None``
             (the default) denies everything.
+        top_flows: How many flows of each ranking (seats, waiting, rejections) the dashboard
+            shows per level, and ``dump_top_flows`` unless asked for ``?top=N`` (0 to 100).
+        hash_distinguishers: In the top flows (dashboard and ``dump_top_flows``), show each
+            distinguisher as a short stable hash: ``True`` unkeyed, or a key of up to 64
+            bytes (see :func:`dump_top_flows`).
 
     Returns:
         An ASGI app. Run it on the event loop of ``limiter``: the dumps read its state
         directly.
+
+    Raises:
+        ValueError: If ``top_flows`` or ``hash_distinguishers`` is invalid.
     """
-    return DebugApp(limiter, authorize)
+    return DebugApp(limiter, authorize, top_flows, hash_distinguishers)
 
 
 class DebugApp:
@@ -109,9 +127,18 @@ class DebugApp:
     An object rather than a function, so that Starlette's ``Route`` treats it as an ASGI app.
     """
 
-    def __init__(self, limiter: Limiter, authorize: Authorize | None) -> None:
+    def __init__(
+        self,
+        limiter: Limiter,
+        authorize: Authorize | None,
+        top_flows: int = DEFAULT_TOP,
+        hash_distinguishers: bool | bytes = False,
+    ) -> None:
         self.limiter = limiter
         self.authorize = authorize
+        self.top_flows = check_top(top_flows)
+        hash_key(hash_distinguishers)  # checked now rather than at the first request
+        self.hash_distinguishers = hash_distinguishers
         self._warn = WarnOnce()
         if authorize is None:
             self._warn(
@@ -124,6 +151,11 @@ class DebugApp:
             "/dump_queues": lambda _: dump_queues(limiter),
             "/dump_requests": lambda params: dump_requests(
                 limiter, include_details=bool(params.get("includeRequestDetails"))
+            ),
+            "/dump_top_flows": lambda params: dump_top_flows(
+                limiter,
+                top=_top_param(params.get("top"), self.top_flows),
+                hash_distinguishers=self.hash_distinguishers,
             ),
         }
 
@@ -157,13 +189,25 @@ class DebugApp:
                 await respond(scope, send, 200, rows.text().encode(), _TEXT)
         elif path == "/dashboard":
             if as_json:
-                await respond(scope, send, 200, _json(dashboard_feed(self.limiter)), _JSON)
+                feed = dashboard_feed(
+                    self.limiter,
+                    top_flows=self.top_flows,
+                    hash_distinguishers=self.hash_distinguishers,
+                )
+                await respond(scope, send, 200, _json(feed), _JSON)
             else:
                 await respond(scope, send, 200, _PAGE, _HTML, _DASHBOARD_HEADERS)
         elif path == "/":
             await respond(scope, send, 200, _INDEX.encode(), _TEXT)
         else:
             await respond(scope, send, 404, b"Not Found\n", _TEXT)
+
+
+def _top_param(value: str | None, default: int) -> int:
+    """``?top=N``, clamped to 1 to 100; the app's default when absent or not a number."""
+    if value is None or not value.isdigit():
+        return default
+    return min(MAX_TOP, max(1, int(value)))
 
 
 def _json(document: Any) -> bytes:

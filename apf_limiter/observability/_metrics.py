@@ -30,6 +30,7 @@ from apf_limiter.observability._buckets import BucketCounts
 from apf_limiter.observability._catalog import metric
 from apf_limiter.observability._export import FamilyBuilder
 from apf_limiter.observability._sampling import RatioSampler, count_flows
+from apf_limiter.observability._top_flows import check_top, hash_key
 
 if TYPE_CHECKING:
     from apf_limiter.config import Configuration
@@ -93,10 +94,18 @@ class PrometheusMetrics(Observer):
             global ``prometheus_client.REGISTRY``.
         namespace: Replaces Kubernetes' ``apiserver``; ``""`` for none.
         subsystem: Replaces ``flowcontrol``; ``""`` for none.
+        top_flows: Who is flooding, opt-in: export, for each priority level, its top
+            ``top_flows`` flows (flow schema and distinguisher) by seats in use, by waiting
+            requests and by rejections over the last minute (``top_flow_*`` gauges, labelled
+            with the distinguisher). Only the top N of each level are exported at each scrape,
+            so the label set stays bounded. 0 (the default) exports none; at most 100.
+        hash_distinguishers: In the ``distinguisher`` label, a short stable hash instead of
+            the value: ``True`` unkeyed, or a key of up to 64 bytes.
 
     Raises:
         ImportError: If ``prometheus_client`` is not installed.
-        ValueError: If the registry already has metrics of these names.
+        ValueError: If the registry already has metrics of these names, or ``top_flows`` or
+            ``hash_distinguishers`` is invalid.
     """
 
     def __init__(
@@ -105,7 +114,11 @@ class PrometheusMetrics(Observer):
         *,
         namespace: str = "apf",
         subsystem: str = "flowcontrol",
+        top_flows: int = 0,
+        hash_distinguishers: bool | bytes = False,
     ) -> None:
+        self._top_flows = check_top(top_flows)
+        self._hash_key = hash_key(hash_distinguishers)
         prometheus_client = require_prometheus_client()
         self.prefix = "".join(f"{part}_" for part in (namespace, subsystem) if part)
         self.registry = prometheus_client.REGISTRY if registry is None else registry
@@ -306,12 +319,14 @@ class PrometheusMetrics(Observer):
                 "the engine's counters are missing; call metrics.bind(limiter)",
             )
             return
-        from apf_limiter.observability._scrape import collect_engine
+        from apf_limiter.observability._scrape import collect_engine, collect_top_flows
 
         dump = limiter.dump()  # the statistics come with it, taken in the same instant
         flows = count_flows(dump)
         sampler.sample(dump, flows, limiter.clock.now())
         yield from collect_engine(self._families, dump, dump.statistics, flows, sampler, self._seen)
+        # With top_flows=0 the families come empty, as every metric of the catalogue does.
+        yield from collect_top_flows(self._families, dump, self._top_flows, self._hash_key)
 
     def _collect_events(self) -> Iterator[Any]:
         families = self._families

@@ -13,6 +13,7 @@ from apf_limiter.engine._seat_seconds import seat_seconds_float
 from apf_limiter.observability._catalog import metric
 from apf_limiter.observability._export import FamilyBuilder
 from apf_limiter.observability._sampling import FlowGauges, RatioSampler, s_bounds
+from apf_limiter.observability._top_flows import hide, level_flows
 
 if TYPE_CHECKING:
     from apf_limiter import LimiterStatistics, PriorityLevelStatistics
@@ -124,3 +125,35 @@ def _limit_families(families: FamilyBuilder, stats: LimiterStatistics) -> Iterat
     for name, value_of in per_level.items():
         yield families.values(metric(name), {(level.name,): value_of(level) for level in levels})
     yield families.values(metric("seat_fair_frac"), {(): stats.fair_fraction})
+
+
+def collect_top_flows(
+    families: FamilyBuilder, dump: EngineDump, top: int, key: bytes | None
+) -> Iterator[Any]:
+    """Yield the top-flow gauges: per level and ranking, only its ``top`` flows above 0.
+
+    Fresh families at each scrape: a flow that drops out of the top is not exported, so the
+    series per level stay at most ``top`` per metric, whatever the number of flows.
+
+    Args:
+        families: The family builder (name prefix).
+        dump: A dump of the engine.
+        top: How many flows of each ranking per level.
+        key: The distinguisher hash key (``None``: distinguishers as they are).
+    """
+    seats: dict[Labels, float] = {}
+    waiting: dict[Labels, float] = {}
+    rejections: dict[Labels, float] = {}
+    for level in dump.levels if top > 0 else ():
+        counted = level_flows(level)
+        for measure, samples in (
+            (counted.seats, seats),
+            (counted.waiting, waiting),
+            (counted.rejections, rejections),
+        ):
+            for schema, distinguisher in counted.ranked(measure, top):
+                labels = (level.name, schema, hide(distinguisher, key))
+                samples[labels] = measure[(schema, distinguisher)]
+    yield families.values(metric("top_flow_seats_in_use"), seats)
+    yield families.values(metric("top_flow_waiting_requests"), waiting)
+    yield families.values(metric("top_flow_rejections"), rejections)

@@ -112,7 +112,9 @@ class DashboardDom(HTMLParser):
     """Collects the text of every ``data-field`` element, per ``data-level`` row, and by id.
 
     Also the attributes of elements with an id (``attributes``), the ``data-label`` of the
-    cells of each row (``labels``) and each row's classes (``row_classes``).
+    cells of each row (``labels``), each row's classes (``row_classes``), and the rows of the
+    top-flows table under each level (``flows``: per level, one mapping per flow) with the
+    attributes of that table's row (``flows_rows``).
     """
 
     def __init__(self) -> None:
@@ -122,11 +124,19 @@ class DashboardDom(HTMLParser):
         self.attributes: dict[str, dict[str, str | None]] = {}
         self.labels: dict[str, dict[str, str]] = {}
         self.row_classes: dict[str, set[str]] = {}
+        self.flows: dict[str, list[dict[str, str]]] = {}
+        self.flows_rows: dict[str, dict[str, str | None]] = {}
+        self._flow: dict[str, str] | None = None
         self._level: str | None = None
         self._open: list[tuple[str, str | None, str | None]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attributes = dict(attrs)
+        if tag == "tr" and attributes.get("data-flows-of"):
+            self.flows_rows[attributes["data-flows-of"] or ""] = attributes
+        if tag == "tr" and attributes.get("data-flow"):
+            self._flow = {}
+            self.flows.setdefault(attributes["data-flow"] or "", []).append(self._flow)
         if tag == "tr" and attributes.get("data-level"):
             self._level = attributes["data-level"]
             self.levels[self._level or ""] = {}
@@ -148,6 +158,7 @@ class DashboardDom(HTMLParser):
                 break
         if tag == "tr":
             self._level = None
+            self._flow = None
 
     def handle_data(self, data: str) -> None:
         for _, field, element_id in self._open:
@@ -157,7 +168,9 @@ class DashboardDom(HTMLParser):
                 self._text("id", element_id, data)
 
     def _text(self, kind: str, name: str, data: str) -> None:
-        if kind == "id":
+        if kind == "data-field" and self._flow is not None:
+            self._flow[name] = self._flow.get(name, "") + data
+        elif kind == "id":
             self.ids[name] = self.ids.get(name, "") + data
         elif self._level is not None:
             row = self.levels[self._level]
@@ -239,6 +252,21 @@ def test_dashboard_renders_the_live_numbers(chromium: str, tmp_path: Path) -> No
     assert rejecting["queue_lengths"] == "no queues"
     exempt = dom.levels["exempt"]
     assert (exempt["executing_requests"], exempt["seats_text"]) == ("1", "1 / \u221e")
+    # Who is flooding: a table of top flows under each busy level, none under idle ones.
+    assert set(dom.flows) == set(dom.flows_rows) == {"exempt", "queued", "rejecting"}
+    assert all("hidden" not in row for row in dom.flows_rows.values())
+    columns = ("distinguisher", "seats_in_use", "waiting_requests", "rejections")
+    assert [tuple(flow[c] for c in columns) for flow in dom.flows["queued"]] == [
+        *((f"user-{i}", "1", "0", "0") for i in (0, 1, 10, 11, 12)),  # top 5 by seats
+        ("mallory", "0", "10", "2"),  # fills her hand's queues, then rejected twice
+        ("trent", "0", "0", "1"),  # timed out
+        ("victor", "0", "0", "1"),  # left his queue
+    ]
+    # A Reject level does not hash flows: the flow is its schema, with no distinguisher.
+    assert [
+        (flow["flow_schema"], flow["distinguisher"], flow["seats_in_use"], flow["rejections"])
+        for flow in dom.flows["rejecting"]
+    ] == [("rejecters", "\u2014", "10", "2")]
 
 
 def shadow_traffic_app(limiter: Limiter) -> Starlette:

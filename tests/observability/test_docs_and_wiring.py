@@ -28,10 +28,12 @@ KUBERNETES_METRICS = {
     "demand_seats_smoothed", "target_seats", "seat_fair_frac", "priority_level_seat_utilization",
     "priority_level_request_utilization", "read_vs_write_current_requests",
 }  # fmt: skip
-# Ours, for shadow mode; documented beside the Kubernetes ones, marked as additions.
+# Ours, for shadow mode and (opt-in) the top flows; documented beside the Kubernetes ones,
+# marked as additions.
 APF_LIMITER_METRICS = {
     "shadow_rejected_requests_total", "shadow_request_wait_duration_seconds",
-    "shadow_dropped_twins_total", "priority_level_shadow",
+    "shadow_dropped_twins_total", "priority_level_shadow", "top_flow_seats_in_use",
+    "top_flow_waiting_requests", "top_flow_rejections",
 }  # fmt: skip
 
 
