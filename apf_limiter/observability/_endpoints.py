@@ -43,6 +43,8 @@ from apf_limiter.observability._dumps import (
     dump_requests,
     dump_top_flows,
 )
+from apf_limiter.observability._multiprocess import multiprocess_dir
+from apf_limiter.observability._multiprocess_exposition import MultiprocessExposition
 from apf_limiter.observability._top_flows import DEFAULT_TOP, MAX_TOP, check_top, hash_key
 
 if TYPE_CHECKING:
@@ -221,7 +223,8 @@ def metrics_app(registry: Any = None, *, authorize: Authorize | None = None) -> 
     ``app.add_route("/metrics", metrics_app())`` (a ``Mount`` works too but redirects
     ``/metrics`` to ``/metrics/``). Content negotiation (text or OpenMetrics) and gzip follow
     ``prometheus_client``. Scrapes then run on the event loop, where reading the limiter's
-    state is safe.
+    state is safe. With ``PROMETHEUS_MULTIPROC_DIR`` set (several worker processes), it
+    serves the whole process group from that directory instead of ``registry``.
 
     Args:
         registry: A ``prometheus_client.CollectorRegistry``; ``None`` is the global registry.
@@ -246,6 +249,10 @@ class MetricsApp:
         self.authorize = authorize
         self._warn = WarnOnce()
         self._inner: ASGIApp = prometheus_client.make_asgi_app(self.registry)
+        directory = multiprocess_dir()
+        if directory is not None:
+            # Worker processes: every one's metrics, read from PROMETHEUS_MULTIPROC_DIR.
+            self._inner = MultiprocessExposition(directory)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection."""

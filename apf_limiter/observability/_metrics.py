@@ -29,6 +29,7 @@ from apf_limiter._warn_once import WarnOnce
 from apf_limiter.observability._buckets import BucketCounts
 from apf_limiter.observability._catalog import metric
 from apf_limiter.observability._export import FamilyBuilder
+from apf_limiter.observability._multiprocess import attach
 from apf_limiter.observability._sampling import RatioSampler, count_flows
 from apf_limiter.observability._top_flows import check_top, hash_key
 
@@ -141,6 +142,9 @@ class PrometheusMetrics(Observer):
                 "metrics_app(that_registry)) or another namespace=/subsystem=, or call "
                 "unregister() on the first"
             ) from clash
+        # PROMETHEUS_MULTIPROC_DIR: mirrored to prometheus_client's files, which metrics_app
+        # sums over the worker processes (None otherwise: nothing changes).
+        self._native = attach(self)
 
     # ----------------------------------------------------------------------------------------
     # wiring
@@ -153,6 +157,8 @@ class PrometheusMetrics(Observer):
         """
         self._limiter = limiter
         self._sampler = RatioSampler(limiter.clock.now())
+        if self._native is not None:
+            self._native.bind(limiter)
         if limiter.observer is self:
             self.configuration_applied(limiter.config)
 
