@@ -1,4 +1,4 @@
-"""``enforcement`` / ``priorityLevelEnforcement``, and settings alone keeping the built-in levels."""
+"""Enforcement settings, and settings alone keeping the built-in levels and schemas."""
 
 from __future__ import annotations
 
