@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path

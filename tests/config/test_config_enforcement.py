@@ -1,4 +1,4 @@
-"""``enforcement`` / ``priorityLevelEnforcement``, and settings alone keeping the built-in levels."""
+"""Enforcement settings, and settings alone keeping the built-in levels and schemas."""
 
 from __future__ import annotations
 
@@ -26,9 +26,7 @@ def test_enforcement_defaults_to_enforce_and_can_be_shadow_per_level() -> None:
     shadow = load_config({**single_level_config(), "enforcement": "Shadow"})
     assert shadow.enforcement_of("test") == "Shadow"
     assert shadow.enforcement_of("catch-all") == "Shadow"
-    mixed = load_config(
-        {**single_level_config(), "priorityLevelEnforcement": {"test": "Shadow"}}
-    )
+    mixed = load_config({**single_level_config(), "priorityLevelEnforcement": {"test": "Shadow"}})
     assert mixed.enforcement_of("test") == "Shadow"
     assert mixed.enforcement_of("catch-all") == "Enforce"
     assert mixed.priority_level_enforcement == (("test", "Shadow"),)
@@ -81,9 +79,7 @@ def test_settings_alone_keep_the_built_in_levels_and_schemas() -> None:
     # catch-all, with no queues and no fairness, and the probes were no longer exempt.
     config = load_config({"serverConcurrencyLimit": 50, "enforcement": "Shadow"})
     builtin = default_configuration()
-    assert config == dataclasses.replace(
-        builtin, server_concurrency_limit=50, enforcement="Shadow"
-    )
+    assert config == dataclasses.replace(builtin, server_concurrency_limit=50, enforcement="Shadow")
     assert [level.name for level in config.priority_levels] == [
         level.name for level in builtin.priority_levels
     ]

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
