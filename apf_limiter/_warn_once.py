@@ -20,6 +20,10 @@ class WarnOnce:
     def __init__(self) -> None:
         self._said: set[str] = set()
 
+    def said(self, key: str) -> bool:
+        """Whether ``key`` was warned about already (a cheap check before building a message)."""
+        return key in self._said
+
     def __call__(self, key: str, message: str, *args: object) -> bool:
         """Log ``message % args`` at WARNING unless ``key`` was warned about; whether it was new."""
         if key in self._said:

@@ -13,8 +13,9 @@
 See ``docs/asgi.md`` for every option and hook.
 """
 
+from apf_limiter.asgi._debug import DEBUG_PATH
 from apf_limiter.asgi._identity import ScopeHeaders, build_digest, default_identify, route_path
-from apf_limiter.asgi._middleware import DEBUG_PATH, APFMiddleware
+from apf_limiter.asgi._middleware import APFMiddleware
 from apf_limiter.asgi._options import (
     Identity,
     ResourceAttributes,

@@ -1,7 +1,9 @@
 """Classifying a request for the middleware: its digest, long-running flag and route deadline.
 
 The hooks (``identify``, ``resolve``, ``estimate``, ``long_running``) run first; what they
-leave open comes from the route settings (:mod:`apf_limiter.asgi._routes`).
+leave open comes from the route settings (:mod:`apf_limiter.asgi._routes`). With the default
+identity, anonymous requests are also watched for credentials that no authentication
+middleware turned into a ``scope["user"]`` (:mod:`apf_limiter.asgi._mistakes`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ from collections.abc import Coroutine
 from typing import Any
 
 from apf_limiter._digest import RequestDigest
+from apf_limiter._warn_once import WarnOnce
 from apf_limiter.asgi._identity import build_digest
+from apf_limiter.asgi._mistakes import (
+    CHECK_ALL,
+    CHECK_EVERY,
+    ESTIMATE_HOOK,
+    credentials,
+    warn_anonymous,
+)
 from apf_limiter.asgi._options import Identity, ResourceAttributes, WorkEstimate
 from apf_limiter.asgi._routes import RouteLookup
 from apf_limiter.asgi._types import (
@@ -22,8 +32,10 @@ from apf_limiter.asgi._types import (
     Scope,
 )
 
-#: A request's digest, whether it is long-running, and its route's deadline (``None``: unset).
-Classified = tuple[RequestDigest, bool, float | None]
+#: A request's digest, whether it is long-running, its route's deadline (``None``: unset), and
+#: where its work estimate came from (``None``: the default; a marked endpoint, a ``paths=``
+#: pattern, or ``ESTIMATE_HOOK``), to name it should its seats be clamped.
+Classified = tuple[RequestDigest, bool, float | None, object]
 
 
 class Classifier:
@@ -35,9 +47,21 @@ class Classifier:
         estimate: The ``estimate`` hook, or ``None``.
         long_running: The ``long_running`` hook, or ``None``.
         routes: The route settings.
+        warn: Where to warn that credentialed requests come without ``scope["user"]``;
+            ``None`` (an ``identify`` hook was given) does not watch for them.
     """
 
-    __slots__ = ("_identify", "_resolve", "_estimate", "_long_running", "_more_hooks", "_routes")
+    __slots__ = (
+        "_identify",
+        "_resolve",
+        "_estimate",
+        "_long_running",
+        "_more_hooks",
+        "_routes",
+        "_warn",
+        "_countdown",
+        "_checked",
+    )
 
     def __init__(
         self,
@@ -46,8 +70,13 @@ class Classifier:
         estimate: EstimateHook | None,
         long_running: LongRunningHook | None,
         routes: RouteLookup,
+        warn: WarnOnce | None = None,
     ) -> None:
         self._identify = identify
+        self._warn = warn
+        # Anonymous requests until the next check for credentials; 0: no more checks.
+        self._countdown = 0 if warn is None else 1
+        self._checked = 0
         self._resolve = resolve
         self._estimate = estimate
         self._long_running = long_running
@@ -63,13 +92,39 @@ class Classifier:
         # Typed as object: the checks below give the useful error for a wrong return type.
         identity: Any = self._identify(scope)
         # Test the common (synchronous) outcomes first: isawaitable() is comparatively slow.
-        if identity is not None and type(identity) is not Identity:
+        if identity is None:
+            countdown = self._countdown
+            if countdown:
+                if countdown == 1:
+                    self._watch_anonymous(scope)
+                else:
+                    self._countdown = countdown - 1
+        elif type(identity) is not Identity:
             if inspect.isawaitable(identity):
                 return self._classify_awaiting(scope, identity)
             _check_identity(identity)
         if self._more_hooks:
             return self._classify_awaiting(scope, identity)
         return self._classified(scope, identity, None, None, None)
+
+    def _watch_anonymous(self, scope: Scope) -> None:
+        """An anonymous request, by the default identity: does it carry credentials?"""
+        if "user" in scope:
+            # An authentication middleware runs first (it sets a user, maybe unauthenticated,
+            # on every request): nothing to watch for, from now on.
+            self._countdown = 0
+            return
+        carried = credentials(scope)
+        if carried is not None and self._warn is not None:
+            self._countdown = 0
+            warn_anonymous(self._warn, carried)
+            return
+        # Every request at first (a developer trying the app sees the warning at once), then a
+        # sample: scanning the headers of every request of an app without authentication costs
+        # up to ~1% of a hello-world request. A misplaced middleware makes every credentialed
+        # request anonymous, so a sample finds it soon enough.
+        self._checked = checked = self._checked + 1
+        self._countdown = 1 if checked < CHECK_ALL else CHECK_EVERY
 
     async def _classify_awaiting(self, scope: Scope, identity: Any) -> Classified:
         """:meth:`classify` past the default: hooks that may return awaitables."""
@@ -87,6 +142,7 @@ class Classifier:
                 )
             resource = resolved
         estimate: WorkEstimate | None = None
+        source: object = None
         if self._estimate is not None:
             estimated: Any = self._estimate(scope)
             if inspect.isawaitable(estimated):
@@ -98,6 +154,8 @@ class Classifier:
                     f"estimate() must return a WorkEstimate, an int or None, got {estimated!r}"
                 )
             estimate = estimated
+            if estimated is not None:
+                source = ESTIMATE_HOOK
         long_running: bool | None = None
         if self._long_running is not None:
             marked: Any = self._long_running(scope)
@@ -106,7 +164,7 @@ class Classifier:
             if marked is not None and not isinstance(marked, bool):
                 raise TypeError(f"long_running() must return a bool or None, got {marked!r}")
             long_running = marked
-        return self._classified(scope, identity, resource, estimate, long_running)
+        return self._classified(scope, identity, resource, estimate, long_running, source)
 
     def _classified(
         self,
@@ -115,19 +173,23 @@ class Classifier:
         resource: ResourceAttributes | None,
         estimate: WorkEstimate | None,
         long_running: bool | None,
+        source: object = None,
     ) -> Classified:
         """Fill in what the hooks left open from the route settings, then build the digest."""
         timeout: float | None = None
-        options = self._routes.lookup(scope)
-        if options is not None:
+        found = self._routes.lookup(scope)
+        if found is not None:
+            options, where = found
             if estimate is None:
                 estimate = options.estimate
+                if estimate is not None:
+                    source = where
             if long_running is None and options.long_running:
                 long_running = True
             timeout = options.request_timeout
         if long_running is None:
             long_running = scope["type"] == "websocket"
-        return build_digest(scope, identity, resource, estimate), long_running, timeout
+        return build_digest(scope, identity, resource, estimate), long_running, timeout, source
 
 
 def _check_identity(identity: object) -> None:

@@ -9,34 +9,37 @@ client to disconnect
 (:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the response body
 is complete; long-running ones (WebSockets, marked routes) give them back once the response has
 started or the socket is accepted. Every other HTTP request has a deadline and, with a body, a
-minimum body data rate (:mod:`apf_limiter.asgi._deadline`). ``lifespan`` passes through.
+minimum body data rate (:mod:`apf_limiter.asgi._deadline`). At a priority level in shadow mode
+admission never holds nor rejects: the request runs at once, and ``shadow_header=`` tells its
+would-be outcome (:mod:`apf_limiter.asgi._shadow`). Wiring mistakes seen in requests are
+warned about once each (:mod:`apf_limiter.asgi._mistakes`). ``lifespan`` passes through.
 """
 
 from __future__ import annotations
 
-import importlib
-import math
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Final
 
 from apf_limiter._errors import Rejected
+from apf_limiter._warn_once import WarnOnce
 from apf_limiter.asgi._classify import Classifier
 from apf_limiter.asgi._deadline import Deadlines
+from apf_limiter.asgi._debug import is_debug_path, load_debug_app
 from apf_limiter.asgi._expiry import BODY, Expiry
 from apf_limiter.asgi._identity import default_identify, route_path
-from apf_limiter.asgi._options import (
-    RouteOptions,
-    check_timeout,
-)
+from apf_limiter.asgi._mistakes import seats_clamped, warn_clamped
+from apf_limiter.asgi._options import RouteOptions, check_bytes, check_timeout, deadline_seconds
 from apf_limiter.asgi._responses import (
     DROPPED,
     HeaderNames,
+    header_name,
     send_client_gone,
     send_expired,
     send_rejection,
     with_headers,
 )
 from apf_limiter.asgi._routes import RouteLookup
+from apf_limiter.asgi._shadow import STARTS, shadow_pair, shadow_send
 from apf_limiter.asgi._types import (
     ASGIApp,
     AuthorizeHook,
@@ -61,12 +64,6 @@ from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
 
-#: Requests below this path go to the debug endpoints when ``debug_endpoints=True``.
-DEBUG_PATH: Final = "/debug/api_priority_and_fairness"
-
-_STARTS: Final = frozenset(
-    {"http.response.start", "websocket.accept", "websocket.http.response.start"}
-)
 _BODIES: Final = frozenset({"http.response.body", "http.response.zerocopysend"})
 _LIFESPAN_ENDS: Final = frozenset({"lifespan.shutdown.complete", "lifespan.shutdown.failed"})
 
@@ -102,6 +99,10 @@ class APFMiddleware:
         flow_schema_header: Response header naming the flow schema; ``None`` for none.
         priority_level_header: Response header naming the priority level; ``None`` for none.
         response_headers: ``False`` turns both APF response headers off.
+        shadow_header: Response header telling, for a request at a priority level in shadow
+            mode, what enforcing would have done (e.g. ``"X-APF-Shadow"``): ``wait=0.125``,
+            ``rejected=queue-full; retry-after=3``, or ``pending``; ``None`` (the default)
+            for none.
         max_body_buffer: Bytes of request body kept while a request waits in a queue (to be
             replayed to the application), each message counting 256 bytes more: the watcher
             reads only below this, so it keeps at most this plus one message; then
@@ -144,6 +145,7 @@ class APFMiddleware:
         flow_schema_header: str | None = "X-APF-Flow-Schema",
         priority_level_header: str | None = "X-APF-Priority-Level",
         response_headers: bool = True,
+        shadow_header: str | None = None,
         max_body_buffer: int = 65536,
         max_total_body_buffer: int = 16 * 1024 * 1024,
         request_timeout: float | None = 60.0,
@@ -157,10 +159,10 @@ class APFMiddleware:
             raise ValueError("give APFMiddleware a limiter or a config, not both")
         if wait_limit is not None:
             check_wait_limit(wait_limit)
-        _check_bytes("max_body_buffer", max_body_buffer)
-        _check_bytes("max_total_body_buffer", max_total_body_buffer)
+        check_bytes("max_body_buffer", max_body_buffer)
+        check_bytes("max_total_body_buffer", max_total_body_buffer)
         levels = {
-            name: _seconds("request_timeout_by_level", timeout)
+            name: deadline_seconds("request_timeout_by_level", timeout)
             for name, timeout in (request_timeout_by_level or {}).items()
         }
         if min_body_rate is not None:
@@ -169,12 +171,15 @@ class APFMiddleware:
         self.app = app
         self._owns_limiter = limiter is None
         self._limiter = limiter if limiter is not None else Limiter(config)
+        # Wiring mistakes seen in requests, each warned about once (apf_limiter.asgi._mistakes).
+        self._warn = WarnOnce()
         self._classify = Classifier(
             identify if identify is not None else default_identify,
             resolve,
             estimate,
             long_running,
             RouteLookup(paths, app),
+            self._warn if identify is None else None,  # watch the default identity only
         ).classify
         self._on_reject = on_reject
         self._wait_limit = wait_limit
@@ -183,20 +188,21 @@ class APFMiddleware:
             priority_level_header if response_headers else None,
         )
         self._headers_enabled = self._headers.enabled
+        self._shadow_header = header_name(shadow_header)
         self._max_body_buffer = max_body_buffer
         self._body_budget = BodyBudget(max_total_body_buffer)
         self._times_bodies = min_body_rate is not None
         # Kept even with every timeout off: a marked route may still set one.
         self._deadlines = Deadlines(
             self._limiter.clock,
-            _seconds("request_timeout", request_timeout),
+            deadline_seconds("request_timeout", request_timeout),
             levels,
             min_body_rate,
             body_rate_grace,
         )
         self._debug_app: ASGIApp | None = None
         if debug_endpoints:
-            self._debug_app = _load_debug_app(self._limiter, authorize)
+            self._debug_app = load_debug_app(self._limiter, authorize)
 
     @property
     def limiter(self) -> Limiter:
@@ -212,7 +218,7 @@ class APFMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
-        if self._debug_app is not None and _is_debug_path(route_path(scope)):
+        if self._debug_app is not None and is_debug_path(route_path(scope)):
             await self._debug_app(scope, receive, send)
             return
         # Admission inline, in this one coroutine: every request takes this path, and an extra
@@ -220,13 +226,15 @@ class APFMiddleware:
         classified = self._classify(scope)
         if not isinstance(classified, tuple):
             classified = await classified  # a hook returned an awaitable
-        digest, long_running, timeout = classified
+        digest, long_running, timeout, source = classified
         admission = Admission(self._limiter, digest, self._wait_limit)
         try:
             admitted = admission.start()  # never waits: the fast path ends here
         except Rejected as rejected:
             await self._reject(scope, receive, send, rejected)
             return
+        if digest.seats is not None and seats_clamped(digest, admission):
+            warn_clamped(self._warn, scope, source, digest, admission)
         expiry: Expiry | None = None
         if not long_running and kind == "http":
             deadlines = self._deadlines
@@ -264,6 +272,9 @@ class APFMiddleware:
                 replay.close()  # kept messages not replayed, a receive() never awaited
         if expiry is not None and expiry.reason is not None and not expiry.started:
             headers = self._headers.headers(admission.flow_schema, admission.priority_level)
+            shadow = shadow_pair(self._shadow_header, admission)
+            if shadow is not None:
+                headers = [*headers, shadow]
             await send_expired(scope, send, 408 if expiry.reason == BODY else 504, headers)
         # Expired after the response started: it ends unfinished, the server closes the
         # connection (there is no other way to abort a response in ASGI).
@@ -326,6 +337,10 @@ class APFMiddleware:
         extra = None
         if self._headers_enabled:
             extra = self._headers.headers(admission.flow_schema, admission.priority_level)
+        shadow_header = self._shadow_header
+        if shadow_header is not None and admission.shadow is not None:
+            # Below ours, so that the outcome is read as the response starts.
+            send = shadow_send(send, admission, shadow_header)
 
         # A plain function handing back the server's awaitable, not a coroutine: no extra
         # frame per message. So the seats go back as the application hands the server its
@@ -335,7 +350,7 @@ class APFMiddleware:
             kind = message["type"]
             if expiry is not None and expiry.reason is not None:
                 return DROPPED  # expired: being cancelled, nothing more goes out
-            if kind in _STARTS:
+            if kind in STARTS:
                 if expiry is not None:
                     expiry.started = True  # expiring now aborts the response
                 if long_running:
@@ -361,35 +376,3 @@ class APFMiddleware:
 
     def __repr__(self) -> str:
         return f"<APFMiddleware {self._limiter!r} app={self.app!r}>"
-
-
-def _check_bytes(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must not be negative, got {value!r}")
-
-
-def _seconds(name: str, timeout: float | None) -> float:
-    """A deadline option as seconds, ``None`` (no deadline) as ``math.inf``."""
-    if timeout is None:
-        return math.inf
-    check_timeout(name, timeout)
-    return float(timeout)
-
-
-def _is_debug_path(path: str) -> bool:
-    return path == DEBUG_PATH or path.startswith(DEBUG_PATH + "/")
-
-
-def _load_debug_app(limiter: Limiter, authorize: AuthorizeHook | None) -> ASGIApp:
-    try:
-        endpoints = importlib.import_module("apf_limiter.observability")
-    except ImportError as exc:
-        raise ImportError(
-            "APFMiddleware(debug_endpoints=True) needs apf_limiter.observability, "
-            f"which could not be imported ({exc}); install a release that ships the debug "
-            "endpoints or leave debug_endpoints off"
-        ) from exc
-    app: ASGIApp = endpoints.debug_app(limiter, authorize=authorize)
-    return app

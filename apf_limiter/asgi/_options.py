@@ -39,6 +39,30 @@ def check_timeout(name: str, value: object) -> None:
         raise ValueError(f"{name} must be positive, got {value!r}")
 
 
+def check_bytes(name: str, value: object) -> None:
+    """Refuse a value that cannot be a number of bytes: a non-negative integer.
+
+    Raises:
+        ValueError: If ``value`` is not a non-negative integer.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, got {value!r}")
+
+
+def deadline_seconds(name: str, timeout: float | None) -> float:
+    """A deadline option as seconds, ``None`` (no deadline) as ``math.inf``.
+
+    Raises:
+        ValueError: If ``timeout`` is neither ``None`` nor a positive number.
+    """
+    if timeout is None:
+        return math.inf
+    check_timeout(name, timeout)
+    return float(timeout)
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Who sent a request, as an ``identify=`` hook returns it.

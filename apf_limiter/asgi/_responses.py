@@ -47,8 +47,8 @@ class HeaderNames:
     __slots__ = ("flow_schema", "priority_level", "_cache")
 
     def __init__(self, flow_schema: str | None, priority_level: str | None) -> None:
-        self.flow_schema = _header_name(flow_schema)
-        self.priority_level = _header_name(priority_level)
+        self.flow_schema = header_name(flow_schema)
+        self.priority_level = header_name(priority_level)
         # (schema, level) -> pairs; bounded by the configurations' schemas times levels.
         self._cache: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
 
@@ -76,7 +76,12 @@ class HeaderNames:
         return pairs
 
 
-def _header_name(name: str | None) -> bytes | None:
+def header_name(name: str | None) -> bytes | None:
+    """A response header name, checked and encoded lower-case (``None`` stays ``None``).
+
+    Raises:
+        ValueError: If ``name`` cannot be a header name.
+    """
     if name is None:
         return None
     if not name or not name.isascii() or any(c in name for c in " \t\r\n:"):

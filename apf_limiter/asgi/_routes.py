@@ -74,24 +74,25 @@ class RouteLookup:
         """Whether there are no path patterns (marked endpoints are still looked up)."""
         return not self._paths
 
-    def lookup(self, scope: Scope) -> RouteOptions | None:
-        """The options of the request of ``scope``, or ``None`` when nothing sets any.
+    def lookup(self, scope: Scope) -> tuple[RouteOptions, object] | None:
+        """The options of the request of ``scope`` and where they come from, or ``None``.
 
         Args:
             scope: An ``http`` or ``websocket`` scope.
 
         Returns:
-            The options of the marked endpoint, else of the longest matching path pattern.
+            ``None`` when nothing sets any options; else the options of the marked endpoint
+            and the endpoint, or those of the longest matching path pattern and the pattern.
         """
-        options = self._from_endpoint(scope)
-        if options is None and self._paths:
+        found = self._from_endpoint(scope)
+        if found is None and self._paths:
             path = route_path(scope)
             for pattern, candidate in self._paths:
                 if non_resource_url_matches(pattern, path):
-                    return candidate
-        return options
+                    return candidate, pattern
+        return found
 
-    def _from_endpoint(self, scope: Scope) -> RouteOptions | None:
+    def _from_endpoint(self, scope: Scope) -> tuple[RouteOptions, object] | None:
         app = scope.get("app") or self._wrapped
         if app is None:
             return None
@@ -106,7 +107,9 @@ class RouteLookup:
             self._apps[id(app)] = (app, len(routes), marked)
         elif not known[2]:
             return None
-        return endpoint_options(_match_endpoint(routes, scope, 0))
+        endpoint = _match_endpoint(routes, scope, 0)
+        options = endpoint_options(endpoint)
+        return None if options is None else (options, endpoint)
 
 
 def _routed_app(app: object) -> object:

@@ -200,6 +200,8 @@ class Shell:
             self._settle(opened)
             if request.state is _EXECUTING and observer is not None:
                 reporter.dispatched(request, 0.0, False)
+                if controller.is_shadow(request):
+                    reporter.shadowed(request, 0.0, None)
         return request
 
     def _queue(

@@ -1,7 +1,8 @@
 """Observability: Prometheus metrics, the Kubernetes debug dumps, and a live dashboard.
 
 * :class:`PrometheusMetrics` — every ``apiserver_flowcontrol_*`` metric of Kubernetes under a
-  configurable prefix (``apf_flowcontrol_*`` by default). Needs the ``prometheus`` extra
+  configurable prefix (``apf_flowcontrol_*`` by default), and a few of our own for shadow
+  mode (what enforcing would have done). Needs the ``prometheus`` extra
   (``prometheus_client``), imported only when metrics are created.
 * :func:`metrics_app` — an ASGI app serving a registry, for ``/metrics``.
 * :func:`debug_app` — the three Kubernetes dumps (text or JSON) and the HTML dashboard, each

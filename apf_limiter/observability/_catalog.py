@@ -1,5 +1,8 @@
 """The metric catalogue: every Kubernetes ``apiserver_flowcontrol_*`` metric we export.
 
+Then the few of our own (``origin="apf_limiter"``): shadow mode's would-be rejections, waits
+and dropped twins, and which levels are in shadow mode.
+
 Names are given without the ``<namespace>_<subsystem>_`` prefix (``apf_flowcontrol_`` by
 default, ``apiserver_flowcontrol_`` in Kubernetes). ``source`` says how each one is produced:
 
@@ -33,6 +36,8 @@ class MetricSpec:
         source: ``event``, ``scrape`` or ``sampler`` (see the module docstring).
         stability: The Kubernetes stability level (``BETA`` or ``ALPHA``).
         buckets: Upper bounds of the histogram buckets (without ``+Inf``).
+        origin: ``kubernetes`` for a metric of Kubernetes' ``apiserver_flowcontrol_*``
+            family, ``apf_limiter`` for one of apf_limiter's additions (shadow mode).
     """
 
     name: str
@@ -42,6 +47,7 @@ class MetricSpec:
     source: Literal["event", "scrape", "sampler"]
     stability: Literal["BETA", "ALPHA"] = "ALPHA"
     buckets: tuple[float, ...] = ()
+    origin: Literal["kubernetes", "apf_limiter"] = "kubernetes"
 
 
 #: The spec of every metric exported (see the module docstring for the sources).
@@ -129,6 +135,23 @@ METRICS: tuple[MetricSpec, ...] = (
                "queue capacity) or executing (to the nominal seats); sampled", "sampler",
                buckets=(0.0, 0.001, 0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95,
                         0.99, 1.0)),
+    # apf_limiter's additions: shadow mode (limiter/_shadow.py). At a shadow level the
+    # Kubernetes counters above count the real requests, which all run at once; these count
+    # what enforcing would have done to them.
+    MetricSpec("shadow_rejected_requests_total", "counter", (*PL_FS, "reason"),
+               "Number of requests that ran in shadow mode and enforcing would have rejected",
+               "event", origin="apf_limiter"),
+    MetricSpec("shadow_request_wait_duration_seconds", "histogram", PL_FS,
+               "Length of time a request that ran in shadow mode would have waited in its "
+               "queue if enforced (0 when it would have run at once)", "event",
+               buckets=DURATION_BUCKETS, origin="apf_limiter"),
+    MetricSpec("shadow_dropped_twins_total", "counter", PL_FS,
+               "Number of shadow-mode twins dropped by the max_shadow_twins cap before they "
+               "ended; while twins are dropped, the level's would-be numbers undercount",
+               "event", origin="apf_limiter"),
+    MetricSpec("priority_level_shadow", "gauge", PL,
+               "1 when the priority level is in shadow mode (nothing held or rejected), "
+               "0 when it enforces", "scrape", origin="apf_limiter"),
 )  # fmt: skip
 
 _BY_NAME = {spec.name: spec for spec in METRICS}

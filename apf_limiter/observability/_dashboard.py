@@ -4,7 +4,9 @@ The page (``DASHBOARD_HTML`` of ``_dashboard_page``) is one small dependency-fre
 whose script polls the feed (the same URL with ``?format=json``) every second and redraws a
 table: per level its nominal, lower, upper and current limits, seats in use against the current
 limit, executing and waiting requests, the distribution of queue lengths, and rejections by
-reason.
+reason. When any level is in shadow mode, a banner names those levels and says that nothing
+is held or rejected there; their rows are marked ``Shadow`` and their numbers read as what
+enforcing would do ("would wait", "would reject").
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
     (``nominal_limit``, ``lower_limit``, ``upper_limit``, ``current_limit``), seats and requests
     executing and waiting, ``dispatched``, ``rejected`` by reason (``queue-full``,
     ``concurrency-limit``, ``time-out``), ``cancelled``, and ``queue_lengths``: how many queues
-    hold how many waiting requests (see :func:`queue_length_buckets`).
+    hold how many waiting requests (see :func:`queue_length_buckets`). ``shadow`` says whether
+    the level is in shadow mode: then nothing waits or is rejected there, and these numbers
+    describe the requests' virtual twins, i.e. what enforcing would do. ``shadow_levels``
+    names the levels in shadow mode.
     """
     dump = limiter.dump()
     stats = dump.statistics
@@ -34,6 +39,7 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
         levels.append(
             {
                 "name": state.name,
+                "shadow": state.shadow,
                 "type": level.type,
                 "limit_response": level.limit_response,
                 "quiescing": level.quiescing,
@@ -68,6 +74,7 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
         "executing_seats": stats.executing_seats,
         "executing_requests": stats.executing_requests,
         "waiting_requests": stats.waiting_requests,
+        "shadow_levels": [level["name"] for level in levels if level["shadow"]],
         "priority_levels": levels,
     }
 

@@ -23,6 +23,13 @@ margin-right:.5em}
 .hist span{display:inline-block;width:7px;background:#7a8599;min-height:1px}
 .zero{color:#9aa1ad}
 .quiescing td.name:after{content:" (quiescing)";font-weight:normal;color:#9aa1ad}
+#shadow_banner{margin:0 0 1em;padding:.6em .9em;border:2px solid #7b4aa8;border-radius:4px;
+background:#f3ecfa;color:#3b2157;max-width:70em}
+#shadow_banner[hidden]{display:none}
+tr.shadow td{background:#faf6fd}
+td.shadow-mode{color:#7b4aa8;font-weight:600}
+td[data-label]:before{content:attr(data-label) " ";font-size:.75em;font-style:italic;
+color:#7b4aa8}
 """
 
 DASHBOARD_SCRIPT = """
@@ -42,6 +49,18 @@ function cell(row, field, text, cls) {
   if (text === 0) td.classList.add("zero");
   row.appendChild(td);
   return td;
+}
+
+// Shadow mode: the level's numbers are its requests' virtual twins, what enforcing would do.
+function would(td, label, title) {
+  td.dataset.label = label;
+  td.title = title;
+}
+
+function shadowBanner(feed) {
+  const names = feed.priority_levels.filter(level => level.shadow).map(level => level.name);
+  document.getElementById("shadow_levels").textContent = names.join(", ");
+  document.getElementById("shadow_banner").hidden = names.length === 0;
 }
 
 function seatsCell(row, level) {
@@ -92,24 +111,36 @@ function render(feed) {
   for (const level of feed.priority_levels) {
     const row = document.createElement("tr");
     row.dataset.level = level.name;
-    if (level.quiescing) row.className = "quiescing";
+    if (level.quiescing) row.classList.add("quiescing");
+    if (level.shadow) row.classList.add("shadow");
     cell(row, "name", level.name, "name");
     cell(row, "type", level.type === "Exempt" ? "Exempt" : level.limit_response, "");
+    cell(row, "mode", level.shadow ? "Shadow" : "Enforce", level.shadow ? "shadow-mode" : "");
     cell(row, "nominal_limit", level.nominal_limit, "sep");
     cell(row, "lower_limit", level.lower_limit);
     cell(row, "upper_limit", level.upper_limit);
     cell(row, "current_limit", level.current_limit);
     seatsCell(row, level);
     cell(row, "executing_requests", level.executing_requests);
-    cell(row, "waiting_requests", level.waiting_requests);
+    const waiting = cell(row, "waiting_requests", level.waiting_requests);
     queuesCell(row, level);
-    reasons.forEach((reason, i) => cell(row, "rejected_" + reason, level.rejected[reason] || 0,
-      i === 0 ? "sep" : ""));
-    cell(row, "cancelled", level.cancelled);
+    const rejected = reasons.map((reason, i) => cell(row, "rejected_" + reason,
+      level.rejected[reason] || 0, i === 0 ? "sep" : ""));
+    const cancelled = cell(row, "cancelled", level.cancelled);
+    if (level.shadow) {
+      would(waiting, "would wait", "shadow mode: nothing waits; enforcing would hold these");
+      for (const td of rejected) {
+        would(td, "would reject", "shadow mode: nothing is rejected; enforcing would have " +
+          "rejected these");
+      }
+      would(cancelled, "dropped", "shadow mode: twins dropped from their queues by the " +
+        "max_shadow_twins cap");
+    }
     cell(row, "dispatched", level.dispatched, "sep");
     rows.push(row);
   }
   body.replaceChildren(...rows);
+  shadowBanner(feed);
   document.getElementById("server_limit").textContent = feed.server_concurrency_limit;
   document.getElementById("total_seats").textContent = feed.executing_seats;
   document.getElementById("total_waiting").textContent = feed.waiting_requests;
@@ -158,12 +189,16 @@ executing <b id="total_seats">–</b> seats ·
 waiting <b id="total_waiting">–</b> requests ·
 fair fraction <b id="fair_fraction">–</b> ·
 <span id="status">loading…</span></div>
+<div id="shadow_banner" role="status" hidden><b>Shadow mode</b> at
+<b id="shadow_levels"></b>: nothing there is being held or rejected, every request runs at
+once. The numbers of these levels (mode Shadow), and the totals above, are what enforcing
+would do: requests that would wait, would be rejected.</div>
 <table>
 <thead>
-<tr><th colspan="2"></th><th class="group" colspan="4">limits (seats)</th>
+<tr><th colspan="3"></th><th class="group" colspan="4">limits (seats)</th>
 <th class="group" colspan="4">now</th><th class="group" colspan="4">rejected and cancelled</th>
 <th class="group"></th></tr>
-<tr><th class="name">priority level</th><th>type</th>
+<tr><th class="name">priority level</th><th>type</th><th>mode</th>
 <th class="sep">nominal</th><th>lower</th><th>upper</th><th>current</th>
 <th class="sep">seats in use</th><th>executing</th><th>waiting</th><th>queue lengths</th>
 <th class="sep">queue-full</th><th>concurrency-limit</th><th>time-out</th><th>cancelled</th>

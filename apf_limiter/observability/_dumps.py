@@ -14,6 +14,10 @@ Differences in content, by necessity:
   meaning: ``RejectedRequests`` = queue-full + concurrency-limit + timed-out + cancelled,
   ``CancelledRequests`` = timed-out + cancelled, ``TimedoutRequests`` = 0. The split is in
   ``Limiter.statistics()`` and the dashboard feed.
+* When any level is in shadow mode, ``dump_priority_levels`` ends in one more column,
+  ``Enforcement`` (``Enforce`` or ``Shadow``); the numbers of a shadow level describe its
+  virtual twins, what enforcing would have done. Without shadow mode the columns are exactly
+  Kubernetes'.
 * Times come from the limiter's monotonic clock, mapped to wall-clock time at the moment of
   the dump. ``APIVersion`` is ``group/`` (or empty) since a :class:`RequestDigest` carries no
   API version.
@@ -48,6 +52,8 @@ PRIORITY_LEVEL_COLUMNS = (
     "TimedoutRequests",
     "CancelledRequests",
 )
+#: The column ``dump_priority_levels`` adds when any level is in shadow mode (not Kubernetes').
+ENFORCEMENT_COLUMN = "Enforcement"
 QUEUE_COLUMNS = (
     "PriorityLevelName",
     "Index",
@@ -172,27 +178,36 @@ def _escape(char: str) -> str:
 
 
 def dump_priority_levels(limiter: Limiter) -> Dump:
-    """One row per priority level, sorted by name (``dump_priority_levels``)."""
+    """One row per priority level, sorted by name (``dump_priority_levels``).
+
+    When any level is in shadow mode, a last column ``Enforcement`` says which
+    (``Enforce`` or ``Shadow``); otherwise the columns are exactly Kubernetes'.
+    """
+    levels = sorted(limiter.dump().levels, key=_name)
+    # Only then: tools that parse the Kubernetes dump keep parsing it unchanged.
+    shadow = any(level.shadow for level in levels)
     rows: list[tuple[Cell, ...]] = []
-    for level in sorted(limiter.dump().levels, key=_name):
+    for level in levels:
         stats = level.statistics
         ended_waits = stats.timed_out + stats.cancelled
         rejected = stats.rejected
-        rows.append(
-            (
-                level.name,
-                sum(1 for queue in level.queues if queue.waiting),
-                level.is_idle,
-                stats.quiescing,
-                stats.waiting_requests,
-                stats.executing_requests,
-                stats.dispatched,
-                rejected["queue-full"] + rejected["concurrency-limit"] + ended_waits,
-                0,
-                ended_waits,
-            )
+        row: tuple[Cell, ...] = (
+            level.name,
+            sum(1 for queue in level.queues if queue.waiting),
+            level.is_idle,
+            stats.quiescing,
+            stats.waiting_requests,
+            stats.executing_requests,
+            stats.dispatched,
+            rejected["queue-full"] + rejected["concurrency-limit"] + ended_waits,
+            0,
+            ended_waits,
         )
-    return Dump(PRIORITY_LEVEL_COLUMNS, tuple(rows))
+        if shadow:
+            row += ("Shadow" if level.shadow else "Enforce",)
+        rows.append(row)
+    columns = PRIORITY_LEVEL_COLUMNS + ((ENFORCEMENT_COLUMN,) if shadow else ())
+    return Dump(columns, tuple(rows))
 
 
 def _name(level: LevelDump) -> str:

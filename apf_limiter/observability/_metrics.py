@@ -9,10 +9,11 @@
 
 Every metric of Kubernetes' ``apiserver_flowcontrol_*`` family is exported as
 ``<namespace>_<subsystem>_*`` (``apf_flowcontrol_*`` by default), with the same labels, so
-dashboards and alerts carry over by a rename. Per-request counters and histograms are kept as
-plain numbers by the observer hooks (a dictionary lookup and a few additions per event; no
-locks, no ``prometheus_client`` objects on the request path); everything else is read from the
-engine when Prometheus scrapes. :mod:`apf_limiter.observability._catalog` lists which is which.
+dashboards and alerts carry over by a rename. A few of our own (``origin="apf_limiter"`` in
+the catalogue) tell what shadow mode would have done. Per-request counters and histograms are
+kept as plain numbers by the observer hooks (a dictionary lookup and a few additions per event;
+no locks, no ``prometheus_client`` objects on the request path); everything else is read from
+the engine when Prometheus scrapes. :mod:`apf_limiter.observability._catalog` lists which is which.
 """
 
 from __future__ import annotations
@@ -73,6 +74,17 @@ class _Series:
         self.queuing = queuing
 
 
+class _ShadowSeries:
+    """What enforcing would have done to the shadow-mode requests of one (level, schema) pair."""
+
+    __slots__ = ("rejected", "wait", "dropped")
+
+    def __init__(self) -> None:
+        self.rejected: dict[str, int] = {}
+        self.wait = BucketCounts(metric("shadow_request_wait_duration_seconds").buckets)
+        self.dropped = 0
+
+
 class PrometheusMetrics(Observer):
     """The limiter's metrics, exported to a Prometheus registry under Kubernetes names.
 
@@ -100,6 +112,7 @@ class PrometheusMetrics(Observer):
         self._families = FamilyBuilder(self.prefix)
         self._series: dict[tuple[str, str], _Series] = {}
         self._seen: set[tuple[str, str]] = set()
+        self._shadow: dict[tuple[str, str], _ShadowSeries] = {}
         self._queuing_levels: set[str] = set()
         self._just_arrived: _Series | None = None
         self._limiter: Limiter | None = None
@@ -236,6 +249,31 @@ class PrometheusMetrics(Observer):
         histogram.counts[bisect_left(histogram.bounds, execution_time)] += 1
         histogram.sum += execution_time
 
+    def request_shadowed(
+        self,
+        priority_level: str,
+        flow_schema: str,
+        queue_wait: float | None,
+        reason: str | None,
+    ) -> None:
+        """Count what enforcing would have done to a request that ran in shadow mode.
+
+        A would-be rejection counts in ``shadow_rejected_requests_total{reason}``, a would-be
+        wait (0.0 included) is observed in ``shadow_request_wait_duration_seconds``, and a twin
+        dropped by the cap counts in ``shadow_dropped_twins_total``. The Kubernetes counters
+        saw the request itself, dispatched at once.
+        """
+        series = self._shadow.get((priority_level, flow_schema))
+        if series is None:
+            series = self._shadow[(priority_level, flow_schema)] = _ShadowSeries()
+        if reason is None:
+            if queue_wait is not None:
+                series.wait.observe(queue_wait)
+        elif reason == "dropped":
+            series.dropped += 1
+        else:
+            series.rejected[reason] = series.rejected.get(reason, 0) + 1
+
     def configuration_applied(self, config: Configuration) -> None:
         """Note which levels queue (for the queue-length histogram)."""
         queuing = set()
@@ -308,3 +346,19 @@ class PrometheusMetrics(Observer):
             [(pair, s.seats) for pair, s in series if s.seats.count],
         )
         yield families.family(metric("watch_count_samples"))
+        shadow = list(self._shadow.items())
+        yield families.values(
+            metric("shadow_rejected_requests_total"),
+            {
+                (*pair, reason): count
+                for pair, s in shadow
+                for reason, count in list(s.rejected.items())
+            },
+        )
+        yield families.histograms(
+            metric("shadow_request_wait_duration_seconds"),
+            [(pair, s.wait) for pair, s in shadow if s.wait.count],
+        )
+        yield families.values(
+            metric("shadow_dropped_twins_total"), {pair: s.dropped for pair, s in shadow}
+        )

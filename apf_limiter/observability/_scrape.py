@@ -53,6 +53,10 @@ def collect_engine(
         metric("current_executing_seats"), {p: flows.executing_seats[p] for p in pairs}
     )
     yield from _queue_set_families(families, dump)
+    yield families.values(
+        metric("priority_level_shadow"),
+        {(level.name,): 1.0 if level.shadow else 0.0 for level in dump.levels},
+    )
     yield from _limit_families(families, stats)
     yield families.histograms(
         metric("demand_seats"), [((k,), v) for k, v in _items(sampler.demand)]

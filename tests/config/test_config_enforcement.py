@@ -1,4 +1,4 @@
-"""``enforcement`` and ``priorityLevelEnforcement``; settings alone keep the built-in levels."""
+"""Enforcement settings, and settings alone keeping the built-in levels and schemas."""
 
 from __future__ import annotations
 

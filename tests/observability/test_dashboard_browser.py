@@ -2,8 +2,9 @@
 
 The limiter holds requests (running, waiting, rejected for every reason, cancelled) so the
 numbers are not zero; the page must render exactly those live numbers after its script has
-fetched the feed. With ``APF_DASHBOARD_SCREENSHOT=<path>`` the test also saves a screenshot
-(this is how ``docs/dashboard.png`` is made).
+fetched the feed; with a level in shadow mode, a banner and that level's row say so. With
+``APF_DASHBOARD_SCREENSHOT=<path>`` the test also saves a screenshot (this is how
+``docs/dashboard.png`` is made).
 """
 
 from __future__ import annotations
@@ -108,12 +109,19 @@ def run_chromium(chromium: str, profile: Path, *args: str) -> str:
 
 
 class DashboardDom(HTMLParser):
-    """Collects the text of every ``data-field`` element, per ``data-level`` row, and by id."""
+    """Collects the text of every ``data-field`` element, per ``data-level`` row, and by id.
+
+    Also the attributes of elements with an id (``attributes``), the ``data-label`` of the
+    cells of each row (``labels``) and each row's classes (``row_classes``).
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.levels: dict[str, dict[str, str]] = {}
         self.ids: dict[str, str] = {}
+        self.attributes: dict[str, dict[str, str | None]] = {}
+        self.labels: dict[str, dict[str, str]] = {}
+        self.row_classes: dict[str, set[str]] = {}
         self._level: str | None = None
         self._open: list[tuple[str, str | None, str | None]] = []
 
@@ -122,6 +130,13 @@ class DashboardDom(HTMLParser):
         if tag == "tr" and attributes.get("data-level"):
             self._level = attributes["data-level"]
             self.levels[self._level or ""] = {}
+            self.labels[self._level or ""] = {}
+            self.row_classes[self._level or ""] = set((attributes.get("class") or "").split())
+        if attributes.get("id"):
+            self.attributes[attributes["id"] or ""] = attributes
+        field, label = attributes.get("data-field"), attributes.get("data-label")
+        if self._level is not None and field and label:
+            self.labels[self._level][field] = label
         self._open.append((tag, attributes.get("data-field"), attributes.get("id")))
         for key in ("data-field", "id"):
             if attributes.get(key):
@@ -168,7 +183,7 @@ def test_dashboard_renders_the_live_numbers(chromium: str, tmp_path: Path) -> No
                 chromium,
                 tmp_path / "profile2",
                 f"--screenshot={Path(screenshot).resolve()}",
-                "--window-size=1480,300",
+                "--window-size=1560,300",
                 "--hide-scrollbars",
                 url,
             )
@@ -182,6 +197,10 @@ def test_dashboard_renders_the_live_numbers(chromium: str, tmp_path: Path) -> No
     )
     assert list(dom.levels) == ["exempt", "queued", "rejecting", "catch-all"]
     queued = dom.levels["queued"]
+    # Nothing is in shadow mode: no banner, no would-be labels.
+    assert "hidden" in dom.attributes["shadow_banner"]
+    assert {level["mode"] for level in dom.levels.values()} == {"Enforce"}
+    assert all(not labels for labels in dom.labels.values())
     assert {
         field: queued[field]
         for field in (
@@ -220,6 +239,64 @@ def test_dashboard_renders_the_live_numbers(chromium: str, tmp_path: Path) -> No
     assert rejecting["queue_lengths"] == "no queues"
     exempt = dom.levels["exempt"]
     assert (exempt["executing_requests"], exempt["seats_text"]) == ("1", "1 / \u221e")
+
+
+def shadow_traffic_app(limiter: Limiter) -> Starlette:
+    """25 requests at ``queued``, in shadow mode: all run; enforced, 20 would, 3 would wait
+    and 2 would find the queue full."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        holders = [Holder(limiter, user(f"user-{i}")) for i in range(25)]
+        await asyncio.sleep(0.05)
+        assert all(holder.entered for holder in holders)
+        yield
+        for holder in holders:
+            holder.release.set()
+        await asyncio.gather(*(h.task for h in holders), return_exceptions=True)
+
+    routes = [Mount(DEBUG_PREFIX, app=debug_app(limiter, authorize=allow_local))]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def test_a_shadow_level_has_a_banner_and_would_be_columns(chromium: str, tmp_path: Path) -> None:
+    config = {
+        **scenario_config(queue_length_limit=3, wait_limit=60, server_limit=30),
+        "priorityLevelEnforcement": {"queued": "Shadow"},
+    }
+    limiter = Limiter(config)
+    with serve(shadow_traffic_app(limiter)) as port:
+        html = run_chromium(
+            chromium,
+            tmp_path / "profile",
+            "--dump-dom",
+            f"http://127.0.0.1:{port}{DEBUG_PREFIX}/dashboard",
+        )
+    dom = DashboardDom()
+    dom.feed(html)
+    assert dom.ids["status"].startswith("updated"), dom.ids.get("status")
+    banner = dom.attributes["shadow_banner"]
+    assert "hidden" not in banner
+    assert dom.ids["shadow_levels"] == "queued"
+    text = " ".join(dom.ids["shadow_banner"].split())
+    assert "Shadow mode at queued" in text
+    assert "nothing there is being held or rejected" in text
+    assert "what enforcing would do" in text
+    queued = dom.levels["queued"]
+    assert (queued["mode"], dom.levels["rejecting"]["mode"]) == ("Shadow", "Enforce")
+    assert "shadow" in dom.row_classes["queued"]
+    assert "shadow" not in dom.row_classes["rejecting"]
+    # The numbers are the twins': what enforcing would do to these 25 running requests.
+    assert (queued["executing_requests"], queued["waiting_requests"]) == ("20", "3")
+    assert queued["rejected_queue-full"] == "2"
+    assert dom.labels["queued"] == {
+        "waiting_requests": "would wait",
+        "rejected_queue-full": "would reject",
+        "rejected_concurrency-limit": "would reject",
+        "rejected_time-out": "would reject",
+        "cancelled": "dropped",
+    }
+    assert dom.labels["rejecting"] == {}
 
 
 def test_the_page_reports_a_denied_feed(chromium: str, tmp_path: Path) -> None:

@@ -225,7 +225,7 @@ def test_every_kubernetes_metric_is_exported_under_the_namespace() -> None:
     text = generate_latest(registry).decode()
     for spec in METRICS:
         assert f"# TYPE apiserver_flowcontrol_{spec.name} {spec.kind}\n" in text, spec.name
-    assert len(METRICS) == 32
+    assert len(METRICS) == 32 + 4  # Kubernetes' and shadow mode's
     assert "apf_flowcontrol" not in text
 
 

@@ -1,0 +1,87 @@
+"""The shadow-mode response header: what enforcing would have done to a request.
+
+At a priority level in shadow mode (``enforcement: Shadow``) every request runs at once, and
+``Admission.shadow`` tells its would-be outcome. With ``shadow_header=`` the middleware puts
+that outcome on the response start:
+
+* ``wait=0.125`` — it would have waited that many seconds in a queue (``wait=0``: it would
+  have run at once);
+* ``rejected=queue-full; retry-after=3`` — it would have been rejected (the reason, and the
+  ``Retry-After`` the 429 would have carried);
+* ``pending`` — its virtual twin still waits in its queue as the response starts (a fast
+  response to a request that would have queued): the outcome comes later, to observers;
+* ``dropped`` — its twin was dropped (``max_shadow_twins``) before the outcome was known.
+
+The value is computed as the response starts, not at admission: the twin's outcome may be
+decided in between. Requests at enforced levels get no header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Final
+
+from apf_limiter.asgi._types import Message, Send
+from apf_limiter.limiter import Admission, ShadowOutcome
+
+#: The messages that start a response (where the header goes).
+STARTS: Final = frozenset(
+    {"http.response.start", "websocket.accept", "websocket.http.response.start"}
+)
+
+
+def shadow_value(outcome: ShadowOutcome) -> str:
+    """The header value describing a would-be outcome.
+
+    Args:
+        outcome: What enforcing would have done (``Admission.shadow``).
+
+    Returns:
+        ``wait=<seconds>``, ``rejected=<reason>; retry-after=<seconds>``, ``pending`` or
+        ``dropped``.
+    """
+    reason = outcome.reject_reason
+    if reason == "dropped":
+        return "dropped"
+    if reason is not None:
+        if outcome.retry_after is None:
+            return f"rejected={reason}"
+        return f"rejected={reason}; retry-after={outcome.retry_after}"
+    wait = outcome.queue_wait
+    if not outcome.decided or wait is None:
+        return "pending"
+    # Microseconds: a short real wait must not round to the "would have run at once" of 0.
+    return "wait=" + (f"{wait:.6f}".rstrip("0").rstrip(".") or "0")
+
+
+def shadow_pair(name: bytes | None, admission: Admission) -> tuple[bytes, bytes] | None:
+    """The header pair for ``admission`` now; ``None`` at an enforced level, or without a name."""
+    if name is None:
+        return None
+    outcome = admission.shadow
+    if outcome is None:
+        return None
+    return (name, shadow_value(outcome).encode("ascii"))
+
+
+def shadow_send(send: Send, admission: Admission, name: bytes) -> Send:
+    """Wrap the server's ``send`` to add the shadow header to the response start.
+
+    Args:
+        send: The server's ``send``.
+        admission: The request's admission, at a shadow level.
+        name: The header name, lower-case ASCII.
+
+    Returns:
+        A ``send`` that appends the header (the outcome as of that moment) to the message
+        that starts the response, and passes every message on.
+    """
+
+    def send_with_shadow(message: Message) -> Awaitable[None]:
+        if message["type"] in STARTS:
+            pair = shadow_pair(name, admission)
+            if pair is not None:
+                message = {**message, "headers": [*message.get("headers", ()), pair]}
+        return send(message)
+
+    return send_with_shadow
