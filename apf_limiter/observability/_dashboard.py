@@ -6,7 +6,8 @@ table: per level its nominal, lower, upper and current limits, seats in use agai
 limit, executing and waiting requests, the distribution of queue lengths, and rejections by
 reason. When any level is in shadow mode, a banner names those levels and says that nothing
 is held or rejected there; their rows are marked ``Shadow`` and their numbers read as what
-enforcing would do ("would wait", "would reject").
+enforcing would do ("would wait", "would reject"). With the adaptive server limit on, a panel
+shows the learned and applied limits, and the applied limit over the page's last polls.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from apf_limiter.engine._dump import LevelDump
+    from apf_limiter.engine._statistics import AdaptiveStatistics
     from apf_limiter.limiter import Limiter
 
 
@@ -28,7 +30,11 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
     hold how many waiting requests (see :func:`queue_length_buckets`). ``shadow`` says whether
     the level is in shadow mode: then nothing waits or is rejected there, and these numbers
     describe the requests' virtual twins, i.e. what enforcing would do. ``shadow_levels``
-    names the levels in shadow mode.
+    names the levels in shadow mode. ``adaptive`` is ``None`` unless ``adaptiveConcurrency``
+    is on; then it carries :attr:`~apf_limiter.Limiter.adaptive_concurrency`: ``algorithm``,
+    the learned ``limit`` (unrounded), the ``applied_limit`` in force as ServerCL,
+    ``min_limit`` and ``max_limit``, ``baselines`` per level (seconds), ``last_ratio``,
+    ``last_latency`` (seconds) and ``updates``.
     """
     dump = limiter.dump()
     stats = dump.statistics
@@ -75,7 +81,24 @@ def dashboard_feed(limiter: Limiter) -> dict[str, Any]:
         "executing_requests": stats.executing_requests,
         "waiting_requests": stats.waiting_requests,
         "shadow_levels": [level["name"] for level in levels if level["shadow"]],
+        "adaptive": _adaptive(limiter.adaptive_concurrency),
         "priority_levels": levels,
+    }
+
+
+def _adaptive(adaptive: AdaptiveStatistics | None) -> dict[str, Any] | None:
+    if adaptive is None:
+        return None
+    return {
+        "algorithm": adaptive.algorithm,
+        "limit": adaptive.limit,
+        "applied_limit": adaptive.applied_limit,
+        "min_limit": adaptive.min_limit,
+        "max_limit": adaptive.max_limit,
+        "baselines": dict(adaptive.baselines),
+        "last_ratio": adaptive.last_ratio,
+        "last_latency": adaptive.last_latency,
+        "updates": adaptive.updates,
     }
 
 
