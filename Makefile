@@ -3,7 +3,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest compile mypyc-modules test-compiled demo bench bench-deps clean
+.PHONY: test lint typecheck pytest compile mypyc-modules test-compiled wheel wheel-check demo bench \
+	bench-deps clean
 
 # The hot modules compiled with mypyc (optional: pure Python is the reference). The list is
 # the wheel build hook's include/exclude in pyproject.toml, expanded by mypyc_modules.py; it is
@@ -52,6 +53,31 @@ test-compiled: compile
 
 test: lint typecheck pytest test-compiled
 
+# The two wheels, into dist/: pure Python (py3-none-any: any platform) and compiled by the
+# mypyc build hook (this interpreter and platform), from the one module list. Each is built
+# from its own copy of the sources: the hook leaves .so files next to the sources it compiles,
+# and in the checkout they would shadow the sources. The hook is off by default; the
+# environment variable turns it on for the compiled wheel.
+WHEEL_SRC := build/wheel-src
+
+wheel: $(STAMP)
+	$(BIN)/python mypyc_modules.py > /dev/null  # a stale entry in the list stops here
+	rm -rf $(WHEEL_SRC) && mkdir -p $(WHEEL_SRC)/pure $(WHEEL_SRC)/compiled dist
+	rm -f dist/apf_limiter-*.whl
+	for kind in pure compiled; do \
+		cp -r apf_limiter pyproject.toml README.md mypyc_modules.py $(WHEEL_SRC)/$$kind/; \
+		find $(WHEEL_SRC)/$$kind \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +; \
+	done
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist $(WHEEL_SRC)/pure
+	HATCH_BUILD_HOOK_ENABLE_MYPYC=true $(BIN)/pip wheel --quiet --no-deps --wheel-dir dist \
+		$(WHEEL_SRC)/compiled
+	ls dist/apf_limiter-*.whl
+
+# The compiled wheel installed into a fresh virtualenv (build/wheel-check/): every listed
+# module imports compiled, the examples and a smoke test pass (benchmarks/wheel_check.py).
+wheel-check: wheel
+	$(BIN)/python -m benchmarks.wheel_check
+
 # `make demo` installs what the demo needs and nothing more (the package and uvicorn: the
 # `demo` extra), so a fresh clone runs it without the dev toolchain. A virtualenv that
 # `make test` set up already has it (the dev extra includes uvicorn), so pip is skipped then.
@@ -70,7 +96,7 @@ demo: $(DEMO_STAMP)
 bench-deps: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,yaml,prometheus,bench]'
 
-bench: bench-deps
+bench: bench-deps wheel-check
 	$(BIN)/pytest benchmarks -q -p no:randomly --benchmark-only --benchmark-columns=min,median,iqr,rounds
 	$(BIN)/python -m benchmarks.engine_bench
 	$(BIN)/python -m benchmarks.metrics_overhead
@@ -78,6 +104,7 @@ bench: bench-deps
 	$(BIN)/python -m benchmarks.http_bench
 	$(BIN)/python -m benchmarks.http_instructions
 	$(BIN)/python -m benchmarks.fairness_bench
+	$(BIN)/python -m benchmarks.peers  # apf-compiled is skipped unless `make compile` ran
 	$(BIN)/python -m benchmarks.profile_hot_paths --flamegraph
 	$(BIN)/python -m benchmarks.plots
 
@@ -86,5 +113,5 @@ soak: bench-deps
 	$(BIN)/python -m benchmarks.long_run
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
 	find apf_limiter -name '*.so' -delete  # left by a mypyc wheel build; they shadow the sources

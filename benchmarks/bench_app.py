@@ -11,6 +11,10 @@ command line apart from the factory name (and uvicorn's ``--limit-concurrency``)
 * ``work_apf`` / ``work_semaphore`` — ``GET /work?ms=N`` sleeps N ms; one level of
   ``APF_BENCH_CAPACITY`` seats fair per user (the bearer token) or a FIFO semaphore of the same
   size. The response header ``x-queue-wait`` says how long the request waited for its seat.
+* ``pool_apf`` — ``GET /work?ms=N`` holds one of the 20 connections of a simulated database
+  pool (an :class:`asyncio.Semaphore`) for N ms, behind one APF level of
+  ``APF_BENCH_CAPACITY`` seats; with ``APF_BENCH_ADAPTIVE=1`` ServerCL is learned
+  (``adaptiveConcurrency``, starting there).
 * ``soak`` — the long-run app: APF in front of an endpoint that answers at once, sleeps, or
   raises (before or after the response started).
 
@@ -52,6 +56,7 @@ __all__ = [
     "hello_semaphore",
     "work_apf",
     "work_semaphore",
+    "pool_apf",
     "soak",
     "soak_config",
     "source_revision",
@@ -167,6 +172,7 @@ class _BenchRoutes:
         snapshot = self.limiter.statistics()
         levels = snapshot.priority_levels.values()
         stats.update(
+            server_concurrency_limit=snapshot.server_concurrency_limit,
             executing_requests=snapshot.executing_requests,
             executing_seats=snapshot.executing_seats,
             waiting_requests=snapshot.waiting_requests,
@@ -290,6 +296,31 @@ def work_apf() -> ASGIApp:
 def work_semaphore() -> ASGIApp:
     """``/work`` behind a FIFO semaphore of ``APF_BENCH_CAPACITY`` slots."""
     return _BenchRoutes(_Arrival(SemaphoreMiddleware(_work, capacity=_capacity())), None)
+
+
+#: The simulated database pool's connections (``pool_apf``).
+POOL_SIZE = 20
+
+
+def pool_apf() -> ASGIApp:
+    """``/work`` holding a connection of a 20-connection pool, behind APF (maybe adaptive)."""
+    pool: list[asyncio.Semaphore] = []
+
+    async def work(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if not pool:
+            pool.append(asyncio.Semaphore(POOL_SIZE))  # in the server's event loop
+        async with pool[0]:
+            await asyncio.sleep(_query_int(scope, b"ms", 50) / 1000)
+        await _plain(send, 200, b"ok", [])
+
+    config = demo_config(_capacity(), queue_length_limit=200)
+    config["requestWaitLimit"] = 60
+    if os.environ.get("APF_BENCH_ADAPTIVE") == "1":
+        config["adaptiveConcurrency"] = {"minLimit": 2, "maxLimit": 1000}
+    middleware = APFMiddleware(work, config=config, identify=bearer_identity)
+    return _BenchRoutes(middleware, middleware.limiter)
 
 
 # --- the long run ---------------------------------------------------------------------------

@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Server", "fetch_json", "running_server", "uvicorn_impl", "REPO_ROOT"]
+__all__ = [
+    "Server",
+    "compiled_overlay",
+    "compiled_tree",
+    "fetch_json",
+    "running_server",
+    "uvicorn_impl",
+    "REPO_ROOT",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _START_TIMEOUT = 20.0
@@ -91,17 +99,20 @@ def running_server(
     loop: str | None = None,
     http: str | None = None,
     log_level: str = "warning",
+    cwd: Path | None = None,
 ) -> Iterator[Server]:
     """Start ``benchmarks.bench_app:<factory>`` under uvicorn; stop it when the block ends.
 
     Args:
         name: The variant's name (for messages).
-        factory: An application factory of :mod:`benchmarks.bench_app`.
+        factory: An application factory of :mod:`benchmarks.bench_app`, or ``module:factory``.
         uvicorn_args: Extra uvicorn options, e.g. ``["--limit-concurrency", "600"]``.
         env: Extra environment variables for the child (added to this process's environment).
         loop: uvicorn's ``--loop`` (default: :func:`uvicorn_impl`).
         http: uvicorn's ``--http`` (default: :func:`uvicorn_impl`).
         log_level: uvicorn's ``--log-level``.
+        cwd: The child's working directory (default: the repository root). ``python -m`` puts
+            it first on the path, so it decides which apf_limiter the server imports.
 
     Raises:
         RuntimeError: If the server exits early or does not answer within 20 seconds.
@@ -115,7 +126,7 @@ def running_server(
             "-m",
             "uvicorn",
             "--factory",
-            f"benchmarks.bench_app:{factory}",
+            factory if ":" in factory else f"benchmarks.bench_app:{factory}",
             "--host",
             "127.0.0.1",
             "--port",
@@ -137,7 +148,7 @@ def running_server(
         ]
         with tempfile.TemporaryFile() as log:
             process = subprocess.Popen(
-                command, cwd=REPO_ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT
+                command, cwd=cwd or REPO_ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT
             )
             try:
                 try:
@@ -188,3 +199,26 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes], log: IO[bytes]) -> 
 def _read(log: IO[bytes]) -> str:
     log.seek(0)
     return log.read().decode("utf-8", "replace")[-4000:]
+
+
+def compiled_tree(path: Path) -> str | None:
+    """Why ``path`` is no usable compiled tree, or ``None`` if it is one."""
+    if not list((path / "apf_limiter" / "engine").glob("_queueset*.so")):
+        return f"no compiled tree at {path} (`make compile` makes one): apf-compiled skipped"
+    return None
+
+
+@contextmanager
+def compiled_overlay(compiled: Path) -> Iterator[Path]:
+    """A working directory for children that run the compiled tree ``compiled`` (``make compile``).
+
+    Its ``apf_limiter`` (and mypyc's shared library) are the compiled tree's, its
+    ``benchmarks`` this one's: ``python -m`` puts the working directory first on the path.
+    Removed when the block ends.
+    """
+    with tempfile.TemporaryDirectory(prefix="apf-peers-") as tmp:
+        root = Path(tmp)
+        for entry in [compiled / "apf_limiter", *compiled.glob("*.so")]:
+            (root / entry.name).symlink_to(entry.resolve())
+        (root / "benchmarks").symlink_to(Path(__file__).resolve().parent)
+        yield root

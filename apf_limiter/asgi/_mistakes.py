@@ -126,7 +126,7 @@ def _seats(count: int, noun: str = "seat") -> str:
 
 def describe(source: object) -> str:
     """Name where an estimate came from, for a warning."""
-    if source is ESTIMATE_HOOK:
+    if source == ESTIMATE_HOOK:  # equality: a compiled caller may hold another copy
         return ESTIMATE_HOOK
     if isinstance(source, str):
         return f"paths[{source!r}]"

@@ -10,6 +10,7 @@ nil distinguisher.
 
 from __future__ import annotations
 
+from apf_limiter.config._adaptive import dump_adaptive
 from apf_limiter.config._envelope import API_GROUP
 from apf_limiter.config._model import (
     Configuration,
@@ -59,6 +60,8 @@ def _enforcement(config: Configuration) -> dict[str, object]:
         settings["enforcement"] = config.enforcement
     if config.priority_level_enforcement:
         settings["priorityLevelEnforcement"] = dict(config.priority_level_enforcement)
+    if config.adaptive_concurrency is not None:
+        settings["adaptiveConcurrency"] = dump_adaptive(config.adaptive_concurrency)
     return settings
 
 

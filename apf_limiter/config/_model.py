@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from apf_limiter.config._settings import (
+    DEFAULT_ADAPTIVE_ALGORITHM,
     DEFAULT_BORROWING_PERIOD,
     DEFAULT_ENFORCEMENT,
     DEFAULT_REQUEST_WAIT_LIMIT,
@@ -236,6 +237,39 @@ class FlowSchema:
 
 
 @dataclass(frozen=True, slots=True)
+class AdaptiveConcurrency:
+    """An adaptive server limit: ServerCL learned from execution latency (an apf_limiter setting).
+
+    Attributes:
+        min_limit: The learned limit never goes below this.
+        max_limit: The learned limit never goes above this.
+        initial_limit: Where learning starts; ``None``: ``serverConcurrencyLimit`` (clamped).
+        algorithm: ``"Gradient"`` or ``"AIMD"``.
+        update_interval: Seconds between updates of the limit (at most one change each).
+        tolerance: Latency over its baseline (a ratio) still taken as healthy.
+        smoothing: Fraction of the way to its new target the limit moves per update
+            (``Gradient``); ``AIMD`` adds ``smoothing`` × √limit when healthy.
+        backoff: ``AIMD``'s multiplier when latency is over ``tolerance``.
+        baseline_window: Seconds over which each level's baseline latency is the lowest seen.
+    """
+
+    min_limit: int = 1
+    max_limit: int = 1000
+    initial_limit: int | None = None
+    algorithm: str = DEFAULT_ADAPTIVE_ALGORITHM
+    update_interval: float = 1.0
+    tolerance: float = 1.3
+    smoothing: float = 0.3
+    backoff: float = 0.9
+    baseline_window: float = 300.0
+
+    def start_limit(self, server_concurrency_limit: int) -> int:
+        """The limit learning starts from: ``initial_limit``, else ServerCL within the bounds."""
+        start = server_concurrency_limit if self.initial_limit is None else self.initial_limit
+        return min(max(start, self.min_limit), self.max_limit)
+
+
+@dataclass(frozen=True, slots=True)
 class Configuration:
     """A whole, validated APF configuration.
 
@@ -254,6 +288,8 @@ class Configuration:
             setting; Kubernetes has no dry run).
         priority_level_enforcement: Levels whose enforcement differs from ``enforcement``,
             as ``(level name, enforcement)`` pairs sorted by name.
+        adaptive_concurrency: When set, ServerCL follows a limit learned from execution
+            latency (an apf_limiter setting); ``None`` keeps ``server_concurrency_limit``.
     """
 
     server_concurrency_limit: int = DEFAULT_SERVER_CONCURRENCY_LIMIT
@@ -264,6 +300,7 @@ class Configuration:
     imagined_flow_schemas: tuple[str, ...] = ()
     enforcement: str = DEFAULT_ENFORCEMENT
     priority_level_enforcement: tuple[tuple[str, str], ...] = ()
+    adaptive_concurrency: AdaptiveConcurrency | None = None
 
     def enforcement_of(self, level_name: str) -> str:
         """The enforcement of the level named ``level_name`` (``"Enforce"`` or ``"Shadow"``)."""

@@ -1,7 +1,8 @@
 """Server-wide settings: the server limit, wait limit, borrowing period and enforcement.
 
 The keys are ``serverConcurrencyLimit``, ``requestWaitLimit``, ``borrowingPeriod``,
-``enforcement`` and ``priorityLevelEnforcement``.
+``enforcement``, ``priorityLevelEnforcement`` and ``adaptiveConcurrency`` (read by
+``config/_adaptive.py``).
 
 Their defaults, their bounds, and their reading and checking from the one document in our
 shape that holds them (settings are addressed by their bare names). Nothing else of the
@@ -24,6 +25,7 @@ SETTING_KEYS: tuple[str, ...] = (
     "borrowingPeriod",
     "enforcement",
     "priorityLevelEnforcement",
+    "adaptiveConcurrency",
 )
 
 DEFAULT_SERVER_CONCURRENCY_LIMIT = 600
@@ -38,6 +40,10 @@ MIN_BORROWING_PERIOD = 0.001
 #: once and only reports what enforcing would have done.
 ENFORCEMENTS: tuple[str, ...] = ("Enforce", "Shadow")
 DEFAULT_ENFORCEMENT = "Enforce"
+#: The algorithms of ``adaptiveConcurrency`` (``engine/_adaptive.py``); the default was chosen
+#: by ``benchmarks/adaptive_bench.py``.
+ADAPTIVE_ALGORITHMS: tuple[str, ...] = ("Gradient", "AIMD")
+DEFAULT_ADAPTIVE_ALGORITHM = "Gradient"
 
 
 def read_settings(reader: Reader | None, problems: Problems) -> tuple[int, float, float]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from apf_limiter._errors import ConfigError
+from apf_limiter.config._adaptive import read_adaptive
 from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
     MANDATORY_PRIORITY_LEVELS,
@@ -160,6 +161,7 @@ def load_documents(documents: Sequence[object]) -> Configuration:
         level_names = {level.name for level in builtin.priority_levels}
     schema_drafts = _check_schemas(collected.schemas, level_names, problems)
     enforcement, overrides = read_enforcement(collected.settings, level_names, problems)
+    adaptive = read_adaptive(collected.settings, problems)
     if problems:
         raise ConfigError(problems.items)
     server_limit, wait_limit, period = settings
@@ -171,6 +173,7 @@ def load_documents(documents: Sequence[object]) -> Configuration:
             borrowing_period=period,
             enforcement=enforcement,
             priority_level_enforcement=overrides,
+            adaptive_concurrency=adaptive,
         )
     schemas = [build_flow_schema(d) for d in schema_drafts]
     return Configuration(
@@ -184,6 +187,7 @@ def load_documents(documents: Sequence[object]) -> Configuration:
         imagined_flow_schemas=tuple(m.name for m in _missing(schemas, MANDATORY_FLOW_SCHEMAS)),
         enforcement=enforcement,
         priority_level_enforcement=overrides,
+        adaptive_concurrency=adaptive,
     )
 
 

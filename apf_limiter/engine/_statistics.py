@@ -135,3 +135,30 @@ class LimiterStatistics:
     def executing_seats(self) -> int:
         """Seats held now, over all levels."""
         return sum(level.executing_seats for level in self.priority_levels.values())
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveStatistics:
+    """The adaptive server limit (``adaptiveConcurrency``) at one moment.
+
+    Attributes:
+        algorithm: ``"Gradient"`` or ``"AIMD"``.
+        limit: The learned limit, unrounded.
+        applied_limit: The limit in force as ServerCL.
+        min_limit: The lower bound of the limit.
+        max_limit: The upper bound of the limit.
+        baselines: Per priority level, its baseline execution time (seconds).
+        last_ratio: The latency ratio (latency over baseline) of the last update.
+        last_latency: The execution time of the last request sampled (seconds).
+        updates: Updates run so far.
+    """
+
+    algorithm: str
+    limit: float
+    applied_limit: int
+    min_limit: int
+    max_limit: int
+    baselines: Mapping[str, float]
+    last_ratio: float
+    last_latency: float
+    updates: int

@@ -22,7 +22,7 @@ from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.engine._dump import EngineDump, dump_engine
-from apf_limiter.engine._statistics import LimiterStatistics
+from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._reload import ConfigFile, Reloader
 from apf_limiter.limiter._shell import DEFAULT_MAX_SHADOW_TWINS, Shell
@@ -175,6 +175,16 @@ class Limiter(Shell):
     def statistics(self) -> LimiterStatistics:
         """Return a frozen snapshot of every priority level and flow schema (a pure read)."""
         return self._controller.statistics()
+
+    @property
+    def adaptive_concurrency(self) -> AdaptiveStatistics | None:
+        """The adaptive server limit (``adaptiveConcurrency``), or ``None`` when it is off.
+
+        The learned limit, the limit in force as ServerCL, each level's baseline execution
+        time and the last latency ratio and sample: a pure read, like :meth:`statistics`
+        (whose ``server_concurrency_limit`` is the limit in force).
+        """
+        return None if self._adapter is None else self._adapter.statistics()
 
     def dump(self) -> EngineDump:
         """Return a frozen view of every level, queue and waiting or executing request.

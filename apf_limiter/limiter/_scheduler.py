@@ -37,7 +37,8 @@ class Scheduler:
     Attributes:
         next_adjustment: When the next borrowing adjustment falls due.
         next_reload: When the next configuration file check falls due (``inf``: never).
-        next_check: The earlier of the two: the one comparison on the fast path.
+        next_adaptive: When the adaptive limit's next update falls due (``inf``: never).
+        next_check: The earliest of them: the one comparison on the fast path.
         closed: Whether the limiter was closed (no borrowing timer is set then).
     """
 
@@ -55,6 +56,7 @@ class Scheduler:
         self.period = period
         self.next_adjustment = now + period
         self.next_reload = NEVER
+        self.next_adaptive = NEVER
         self.next_check = self.next_adjustment
         self.closed = False
         self.borrowing_timer: Timer | None = None
@@ -67,12 +69,17 @@ class Scheduler:
     def schedule_adjustment(self, due: float) -> None:
         """Set when the next adjustment falls due."""
         self.next_adjustment = due
-        self.next_check = min(due, self.next_reload)
+        self.next_check = min(due, self.next_reload, self.next_adaptive)
 
     def schedule_reload(self, due: float) -> None:
         """Set when the next configuration file check falls due."""
         self.next_reload = due
-        self.next_check = min(self.next_adjustment, due)
+        self.next_check = min(self.next_adjustment, due, self.next_adaptive)
+
+    def schedule_adaptive(self, due: float) -> None:
+        """Set when the adaptive limit's next update falls due (``inf``: never)."""
+        self.next_adaptive = due
+        self.next_check = min(self.next_adjustment, self.next_reload, due)
 
     def set_period(self, period: float, now: float) -> None:
         """Take a new borrowing period: the next adjustment is a whole period from now."""

@@ -22,9 +22,10 @@ from apf_limiter.config._model import Configuration
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._effects import NO_EFFECTS, Effects
 from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.limiter._adapting import adapter_for
 from apf_limiter.limiter._reload import Outcome, Reloader
 from apf_limiter.limiter._reporter import Reporter
-from apf_limiter.limiter._scheduler import Scheduler
+from apf_limiter.limiter._scheduler import NEVER, Scheduler
 
 if TYPE_CHECKING:
     from apf_limiter._observer import Observer
@@ -76,10 +77,14 @@ class Shell:
             raise TypeError(f"hash_seed must be an integer or None, got {hash_seed!r}")
         self._hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
         now = self._clock.now()
-        self._controller = Controller(self._config, hash_seed=self._hash_seed, now=now)
+        # adaptiveConcurrency: the controller runs with the learned ServerCL (_adapting.py).
+        self._adapter = adapter = adapter_for(self._config, None, now)
+        effective = self._config if adapter is None else adapter.effective(self._config)
+        self._controller = Controller(effective, hash_seed=self._hash_seed, now=now)
         self._scheduler = Scheduler(
             self._clock, self._controller, self._settle, self._config.borrowing_period, now
         )
+        self._scheduler.schedule_adaptive(NEVER if adapter is None else adapter.next_update)
         self._reloader: Reloader | None = None  # set by Limiter.from_file
         # Requests dispatched to tasks that died with their event loop, to finish (_wake).
         self._orphans: list[Request] = []
@@ -107,7 +112,11 @@ class Shell:
         now = self._clock.now()
         scheduler = self._scheduler
         scheduler.catch_up(now)
-        effects = self._controller.apply(loaded, now)
+        self._adapter = adapter = adapter_for(loaded, self._adapter, now)
+        effects = self._controller.apply(
+            loaded if adapter is None else adapter.effective(loaded), now
+        )
+        scheduler.schedule_adaptive(NEVER if adapter is None else adapter.next_update)
         self._config = loaded
         scheduler.set_period(loaded.borrowing_period, now)
         self._wake(effects.dispatched)
@@ -232,11 +241,21 @@ class Shell:
                 )
             except Exception:
                 reporter.failed("request_finished")
+        if self._adapter is not None and ran and report:
+            self._sample(request, now)
         effects = self._controller.finish(request, now, ran)  # positional: every release
         if request.state is _LINGERING:
             self._scheduler.arm_release(request)
         if effects is not NO_EFFECTS:
             self._settle(effects)  # skipped on the fast path: nothing to wake or report
+
+    def _sample(self, request: Request, now: float) -> None:
+        """Feed the adaptive limit a request that ran (exempt ones say nothing of the limit)."""
+        if self._adapter is not None and not self._controller.is_exempt(request):
+            latency = now - request.start_time
+            self._adapter.learned.sample(
+                request.priority_level, latency if latency > 0.0 else 0.0, request.max_seats
+            )
 
     def _finish_unrun(self, request: Request) -> None:
         """Count a dispatched request that will never run as dispatched and finished at once.
@@ -358,6 +377,10 @@ class Shell:
                 # wrong must not stop that call, let alone leak its seats.
                 logger.exception("reloading %s failed", reloader.file.path)
         scheduler.catch_up(now)
+        adapter = self._adapter
+        if adapter is not None and now >= scheduler.next_adaptive:
+            adapter.run_due(now, self._controller, self._config, self._settle)
+            scheduler.schedule_adaptive(adapter.next_update)
 
 
 def _rejection(request: Request, retry_after: int) -> Rejected:

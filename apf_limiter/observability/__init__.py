@@ -2,8 +2,8 @@
 
 * :class:`PrometheusMetrics` — every ``apiserver_flowcontrol_*`` metric of Kubernetes under a
   configurable prefix (``apf_flowcontrol_*`` by default), and a few of our own for shadow
-  mode (what enforcing would have done). Needs the ``prometheus`` extra
-  (``prometheus_client``), imported only when metrics are created.
+  mode (what enforcing would have done) and the adaptive server limit. Needs the
+  ``prometheus`` extra (``prometheus_client``), imported only when metrics are created.
 * :func:`metrics_app` — an ASGI app serving a registry, for ``/metrics``.
 * :func:`debug_app` — the three Kubernetes dumps (text or JSON) and the HTML dashboard, each
   denied unless an ``authorize(scope)`` hook allows it.
@@ -13,8 +13,8 @@
 * :class:`Observer` — the interface a limiter reports each request's events to (subclass it
   for metrics of your own).
 
-Everything here reads a limiter through :meth:`Limiter.dump` and :meth:`Limiter.statistics`
-only, never the engine's own objects.
+Everything here reads a limiter through :meth:`Limiter.dump`, :meth:`Limiter.statistics` and
+:attr:`Limiter.adaptive_concurrency` only, never the engine's own objects.
 """
 
 from apf_limiter._observer import Observer

@@ -1,7 +1,9 @@
 """The metric catalogue: every Kubernetes ``apiserver_flowcontrol_*`` metric we export.
 
 Then the few of our own (``origin="apf_limiter"``): shadow mode's would-be rejections, waits
-and dropped twins, which levels are in shadow mode, and (opt-in) the top flows of each level.
+and dropped twins, which levels are in shadow mode, and (opt-in) the top flows of each level;
+and the adaptive server limit's learned and applied limits, bounds, baselines and latency
+(``adaptive_*``, only while it is on).
 
 Names are given without the ``<namespace>_<subsystem>_`` prefix (``apf_flowcontrol_`` by
 default, ``apiserver_flowcontrol_`` in Kubernetes). ``source`` says how each one is produced:
@@ -37,7 +39,8 @@ class MetricSpec:
         stability: The Kubernetes stability level (``BETA`` or ``ALPHA``).
         buckets: Upper bounds of the histogram buckets (without ``+Inf``).
         origin: ``kubernetes`` for a metric of Kubernetes' ``apiserver_flowcontrol_*``
-            family, ``apf_limiter`` for one of apf_limiter's additions (shadow mode).
+            family, ``apf_limiter`` for one of apf_limiter's additions (shadow mode, the
+            adaptive server limit).
     """
 
     name: str
@@ -164,6 +167,32 @@ METRICS: tuple[MetricSpec, ...] = (
                "Rejections and ended waits over the last minute of each of the top N flows of "
                "the priority level by rejections, at least (a bounded sketch's lower bound; "
                "opt-in; only the top N flows)", "scrape", origin="apf_limiter"),
+    # apf_limiter's additions: the adaptive server limit (adaptiveConcurrency), exported only
+    # while it is on. ServerCL has no Kubernetes metric: there it is a flag, never learned.
+    MetricSpec("adaptive_limit_seats", "gauge", (),
+               "Server concurrency limit learned from execution latency (adaptiveConcurrency), "
+               "unrounded", "scrape", origin="apf_limiter"),
+    MetricSpec("adaptive_applied_limit_seats", "gauge", (),
+               "Server concurrency limit in force (ServerCL): the learned limit, rounded, as "
+               "last applied", "scrape", origin="apf_limiter"),
+    MetricSpec("adaptive_min_limit_seats", "gauge", (),
+               "Lower bound of the learned server concurrency limit (minLimit)", "scrape",
+               origin="apf_limiter"),
+    MetricSpec("adaptive_max_limit_seats", "gauge", (),
+               "Upper bound of the learned server concurrency limit (maxLimit)", "scrape",
+               origin="apf_limiter"),
+    MetricSpec("adaptive_baseline_seconds", "gauge", PL,
+               "Baseline execution time of the priority level that latency is compared with",
+               "scrape", origin="apf_limiter"),
+    MetricSpec("adaptive_latency_ratio", "gauge", (),
+               "Latency ratio (seat-weighted execution time over baseline) of the last update "
+               "of the learned limit; 0 before the first", "scrape", origin="apf_limiter"),
+    MetricSpec("adaptive_last_latency_seconds", "gauge", (),
+               "Execution time of the last request sampled by the adaptive limit", "scrape",
+               origin="apf_limiter"),
+    MetricSpec("adaptive_updates_total", "counter", (),
+               "Number of updates of the learned server concurrency limit", "scrape",
+               origin="apf_limiter"),
 )  # fmt: skip
 
 _BY_NAME = {spec.name: spec for spec in METRICS}

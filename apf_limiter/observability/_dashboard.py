@@ -7,7 +7,8 @@ limit, executing and waiting requests, the distribution of queue lengths, and re
 reason; beneath each level, its top flows (who is flooding). When any level is in shadow
 mode, a banner names those levels and says that nothing is held or rejected there; their rows
 are marked ``Shadow`` and their numbers read as what enforcing would do ("would wait", "would
-reject").
+reject"). With the adaptive server limit on, a panel shows the learned and applied limits,
+and the applied limit over the page's last polls.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from apf_limiter.observability._top_flows import top_flows as flows_of
 
 if TYPE_CHECKING:
     from apf_limiter.engine._dump import LevelDump
+    from apf_limiter.engine._statistics import AdaptiveStatistics
     from apf_limiter.limiter import Limiter
 
 
@@ -42,7 +44,12 @@ def dashboard_feed(
     names the levels in shadow mode. ``top_flows`` lists who is flooding the level: the flows
     (``flow_schema``, ``distinguisher``) among its ``top_flows`` by seats in use, by waiting
     requests or by rejections over the last minute, each with ``seats_in_use``,
-    ``waiting_requests`` and ``rejections`` (see :func:`dump_top_flows`).
+    ``waiting_requests`` and ``rejections`` (see :func:`dump_top_flows`). ``adaptive`` is
+    ``None`` unless ``adaptiveConcurrency`` is on; then it carries
+    :attr:`~apf_limiter.Limiter.adaptive_concurrency`: ``algorithm``, the learned ``limit``
+    (unrounded), the ``applied_limit`` in force as ServerCL, ``min_limit`` and ``max_limit``,
+    ``baselines`` per level (seconds), ``last_ratio``, ``last_latency`` (seconds) and
+    ``updates``.
 
     Args:
         limiter: The limiter to show.
@@ -101,7 +108,24 @@ def dashboard_feed(
         "executing_requests": stats.executing_requests,
         "waiting_requests": stats.waiting_requests,
         "shadow_levels": [level["name"] for level in levels if level["shadow"]],
+        "adaptive": _adaptive(limiter.adaptive_concurrency),
         "priority_levels": levels,
+    }
+
+
+def _adaptive(adaptive: AdaptiveStatistics | None) -> dict[str, Any] | None:
+    if adaptive is None:
+        return None
+    return {
+        "algorithm": adaptive.algorithm,
+        "limit": adaptive.limit,
+        "applied_limit": adaptive.applied_limit,
+        "min_limit": adaptive.min_limit,
+        "max_limit": adaptive.max_limit,
+        "baselines": dict(adaptive.baselines),
+        "last_ratio": adaptive.last_ratio,
+        "last_latency": adaptive.last_latency,
+        "updates": adaptive.updates,
     }
 
 

@@ -32,6 +32,12 @@ tr.flows>td{padding:0 .7em .6em 2.2em;text-align:left;background:#fbfbfc}
 table.flows{box-shadow:none;font-size:.85em;margin-top:.2em}
 table.flows th,table.flows td{padding:.15em .6em}
 table.flows td.text{text-align:left;max-width:28em;overflow:hidden;text-overflow:ellipsis}
+#adaptive{margin:0 0 1em;padding:.5em .9em;background:#fff;box-shadow:0 1px 3px #0002;
+max-width:70em;display:flex;align-items:center;gap:1em;flex-wrap:wrap}
+#adaptive[hidden]{display:none}
+#adaptive_spark polyline{fill:none;stroke-width:1.5;stroke-linejoin:round}
+#adaptive_spark_applied{stroke:#3a7bd5}
+#adaptive_spark_learned{stroke:#d9822b;stroke-dasharray:3 2}
 td[data-label]:before{content:attr(data-label) " ";font-size:.75em;font-style:italic;
 color:#7b4aa8}
 """
@@ -65,6 +71,44 @@ function shadowBanner(feed) {
   const names = feed.priority_levels.filter(level => level.shadow).map(level => level.name);
   document.getElementById("shadow_levels").textContent = names.join(", ");
   document.getElementById("shadow_banner").hidden = names.length === 0;
+}
+
+// The adaptive server limit over the last polls, kept here: the feed is one instant.
+const sparkLength = 120;
+const limitHistory = [];
+
+function sparkline() {
+  const top = Math.max(1, ...limitHistory.map(([learned, applied]) => Math.max(learned, applied)));
+  const step = 240 / (sparkLength - 1);
+  const offset = sparkLength - limitHistory.length;  // the newest sample on the right
+  ["adaptive_spark_learned", "adaptive_spark_applied"].forEach((id, which) => {
+    const points = limitHistory.map((sample, i) => ((offset + i) * step).toFixed(1) + "," +
+      (46 - 44 * sample[which] / top).toFixed(1));
+    document.getElementById(id).setAttribute("points", points.join(" "));
+  });
+  document.getElementById("adaptive_spark").dataset.samples = String(limitHistory.length);
+}
+
+function adaptivePanel(feed) {
+  const adaptive = feed.adaptive;
+  document.getElementById("adaptive").hidden = !adaptive;
+  if (!adaptive) {
+    limitHistory.length = 0;
+    return;
+  }
+  limitHistory.push([adaptive.limit, adaptive.applied_limit]);
+  if (limitHistory.length > sparkLength) limitHistory.shift();
+  const text = (id, value) => { document.getElementById(id).textContent = value; };
+  text("adaptive_algorithm", adaptive.algorithm);
+  text("adaptive_limit", adaptive.limit.toFixed(1));
+  text("adaptive_applied", adaptive.applied_limit);
+  text("adaptive_bounds", adaptive.min_limit + "\u2013" + adaptive.max_limit);
+  text("adaptive_ratio", adaptive.updates ? adaptive.last_ratio.toFixed(2) : "\u2013");
+  text("adaptive_updates", adaptive.updates);
+  text("adaptive_baselines", Object.entries(adaptive.baselines)
+    .map(([level, seconds]) => level + " " + (1000 * seconds).toFixed(1) + " ms")
+    .join(", ") || "none yet");
+  sparkline();
 }
 
 function seatsCell(row, level) {
@@ -195,6 +239,7 @@ function render(feed) {
   }
   body.replaceChildren(...rows);
   shadowBanner(feed);
+  adaptivePanel(feed);
   document.getElementById("server_limit").textContent = feed.server_concurrency_limit;
   document.getElementById("total_seats").textContent = feed.executing_seats;
   document.getElementById("total_waiting").textContent = feed.waiting_requests;
@@ -247,6 +292,15 @@ fair fraction <b id="fair_fraction">–</b> ·
 <b id="shadow_levels"></b>: nothing there is being held or rejected, every request runs at
 once. The numbers of these levels (mode Shadow), and the totals above, are what enforcing
 would do: requests that would wait, would be rejected.</div>
+<div id="adaptive" hidden><span><b>Adaptive server limit</b>
+(<span id="adaptive_algorithm"></span>): learned <b id="adaptive_limit">–</b> ·
+applied <b id="adaptive_applied">–</b> seats (bounds <span id="adaptive_bounds"></span>) ·
+latency ratio <b id="adaptive_ratio">–</b> · updates <b id="adaptive_updates">–</b><br>
+baselines: <span id="adaptive_baselines"></span></span>
+<svg id="adaptive_spark" viewBox="0 0 240 48" width="240" height="48" role="img"
+aria-label="applied (solid) and learned (dashed) server limit over the last polls">
+<polyline id="adaptive_spark_learned" points=""></polyline>
+<polyline id="adaptive_spark_applied" points=""></polyline></svg></div>
 <table>
 <thead>
 <tr><th colspan="3"></th><th class="group" colspan="4">limits (seats)</th>

@@ -10,7 +10,8 @@
 Every metric of Kubernetes' ``apiserver_flowcontrol_*`` family is exported as
 ``<namespace>_<subsystem>_*`` (``apf_flowcontrol_*`` by default), with the same labels, so
 dashboards and alerts carry over by a rename. A few of our own (``origin="apf_limiter"`` in
-the catalogue) tell what shadow mode would have done. Per-request counters and histograms are
+the catalogue) tell what shadow mode would have done and what the adaptive server limit has
+learned. Per-request counters and histograms are
 kept as plain numbers by the observer hooks (a dictionary lookup and a few additions per event;
 no locks, no ``prometheus_client`` objects on the request path); everything else is read from
 the engine when Prometheus scrapes. :mod:`apf_limiter.observability._catalog` lists which is which.
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from apf_limiter._errors import RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter._warn_once import WarnOnce
+from apf_limiter.observability._adaptive_metrics import collect_adaptive
 from apf_limiter.observability._buckets import BucketCounts
 from apf_limiter.observability._catalog import metric
 from apf_limiter.observability._export import FamilyBuilder
@@ -333,6 +335,7 @@ class PrometheusMetrics(Observer):
         yield from collect_engine(self._families, dump, dump.statistics, flows, sampler, self._seen)
         # With top_flows=0 the families come empty, as every metric of the catalogue does.
         yield from collect_top_flows(self._families, dump, self._top_flows, self._hash_key)
+        yield from collect_adaptive(self._families, limiter.adaptive_concurrency)
 
     def _collect_events(self) -> Iterator[Any]:
         families = self._families

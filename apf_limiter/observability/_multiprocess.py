@@ -58,6 +58,19 @@ GAUGE_MODES: dict[str, GaugeMode] = {
     "seat_fair_frac": "liveall",
     # A flag: 1 when any live worker runs the level in shadow mode.
     "priority_level_shadow": "livemax",
+    # Each worker learns its own adaptive limit: one series per live worker.
+    "adaptive_limit_seats": "liveall",
+    "adaptive_applied_limit_seats": "liveall",
+    "adaptive_min_limit_seats": "liveall",
+    "adaptive_max_limit_seats": "liveall",
+    "adaptive_baseline_seconds": "liveall",
+    "adaptive_latency_ratio": "liveall",
+    "adaptive_last_latency_seconds": "liveall",
+    # Not written in this mode: a series once written stays, so the top N of each moment would
+    # pile up; each worker's top flows are in its dump_top_flows and dashboard.
+    "top_flow_seats_in_use": "liveall",
+    "top_flow_waiting_requests": "liveall",
+    "top_flow_rejections": "liveall",
 }
 """The ``multiprocess_mode`` of each gauge (documented in docs/observability.md)."""
 
@@ -115,6 +128,10 @@ class NativeMetrics:
         self.interval = interval
         self.metrics: dict[str, Any] = {}
         for spec in METRICS:
+            if spec.name.startswith("adaptive_"):
+                # Created once the adaptive limit is on: a metric without labels would be
+                # exported at 0 at once, and a limit of 0 is not what "off" means.
+                continue
             name, labels = prefix + spec.name, list(spec.labels)
             if spec.kind == "histogram":
                 self.metrics[spec.name] = Histogram(
@@ -222,9 +239,45 @@ class NativeMetrics:
             ):
                 self._set(metric_name, (level_name,), value)
         self._set("seat_fair_frac", (), stats.fair_fraction)
+        adaptive = limiter.adaptive_concurrency
+        if adaptive is not None:
+            self._create_adaptive()
+            for name, value in (
+                ("adaptive_limit_seats", adaptive.limit),
+                ("adaptive_applied_limit_seats", adaptive.applied_limit),
+                ("adaptive_min_limit_seats", adaptive.min_limit),
+                ("adaptive_max_limit_seats", adaptive.max_limit),
+                ("adaptive_latency_ratio", adaptive.last_ratio),
+                ("adaptive_last_latency_seconds", adaptive.last_latency),
+            ):
+                self._set(name, (), value)
+            for level_name, baseline in adaptive.baselines.items():
+                self._set("adaptive_baseline_seconds", (level_name,), baseline)
+            self._count("adaptive_updates_total", (), adaptive.updates)
         sampler.sample(dump, flows, limiter.clock.now())
         self._push_samples(sampler)
         return busy
+
+    def _create_adaptive(self) -> None:
+        """Create the ``adaptive_*`` metrics, at the first refresh that finds the limit on."""
+        if "adaptive_limit_seats" in self.metrics:
+            return
+        from prometheus_client import Counter, Gauge
+
+        for spec in METRICS:
+            if spec.name.startswith("adaptive_"):
+                name, labels = self.owner.prefix + spec.name, list(spec.labels)
+                self.metrics[spec.name] = (
+                    Counter(name, spec.help, labels, registry=None)
+                    if spec.kind == "counter"
+                    else Gauge(
+                        name,
+                        spec.help,
+                        labels,
+                        registry=None,
+                        multiprocess_mode=GAUGE_MODES[spec.name],
+                    )
+                )
 
     def _set(self, name: str, labels: Labels, value: float) -> None:
         self.child(name, labels).set(value)

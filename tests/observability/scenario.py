@@ -5,6 +5,9 @@ length 2), ``rejecting`` (1 seat, Reject) and the mandatory ``catch-all`` (1 sea
 lendable, so borrowing never moves a limit. With ``server_limit=30`` the levels have 20, 10
 and 1 seats. Users in group ``rejecters`` go to ``rejecting``,
 ``system:masters`` to ``exempt``, everyone else to ``queued``.
+
+Also a small learning scenario for the adaptive server limit: :func:`adaptive_config` and
+:func:`wave`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import asyncio
 from typing import Any
 
 from apf_limiter import Limiter, Rejected, RequestDigest
-from tests.helpers import EVERYONE_EVERYTHING
+from apf_limiter.testing import FakeClock
+from tests.helpers import EVERYONE_EVERYTHING, single_level_config
 
 WALL_CLOCK_NS = 1_700_000_000_000_000_000
 """The wall clock the dump tests map the fake clock's ``now`` to (2023-11-14T22:13:20Z)."""
@@ -101,3 +105,32 @@ class Holder:
                 await self.release.wait()
         except Rejected as exc:
             self.rejected = exc
+
+
+ADAPTIVE_DIGEST = RequestDigest(user="u", groups=("g",), path="/p")
+
+
+def adaptive_config() -> dict[str, Any]:
+    """One level ``test`` of 10 seats, learning its server limit within 2..40 (``smoothing: 1``).
+
+    Two waves of 30 requests running 0.1 s each, the second from 0.95 s (see :func:`wave`),
+    make the first update (at 1 s) grow the limit to 13: latency at its baseline, requests
+    waiting.
+    """
+    return {
+        **single_level_config(limit=10, queue_length_limit=100),
+        "adaptiveConcurrency": {"minLimit": 2, "maxLimit": 40, "smoothing": 1.0},
+    }
+
+
+async def wave(limiter: Limiter, clock: FakeClock, count: int, hold: float) -> None:
+    """``count`` requests at once, each running ``hold`` seconds once admitted."""
+
+    async def one() -> None:
+        async with limiter.admit(ADAPTIVE_DIGEST):
+            await clock.sleep(hold)
+
+    tasks = [asyncio.create_task(one()) for _ in range(count)]
+    while not all(task.done() for task in tasks):
+        await clock.advance(0.01)
+    await asyncio.gather(*tasks)

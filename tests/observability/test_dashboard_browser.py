@@ -28,7 +28,15 @@ from starlette.routing import Mount
 from apf_limiter import Limiter
 from apf_limiter.observability import DEBUG_PREFIX, debug_app
 from apf_limiter.observability._asgi import Scope
-from tests.observability.scenario import ADMIN, Holder, scenario_config, user
+from apf_limiter.testing import FakeClock
+from tests.observability.scenario import (
+    ADMIN,
+    Holder,
+    adaptive_config,
+    scenario_config,
+    user,
+    wave,
+)
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -210,8 +218,10 @@ def test_dashboard_renders_the_live_numbers(chromium: str, tmp_path: Path) -> No
     )
     assert list(dom.levels) == ["exempt", "queued", "rejecting", "catch-all"]
     queued = dom.levels["queued"]
-    # Nothing is in shadow mode: no banner, no would-be labels.
+    # Nothing is in shadow mode: no banner, no would-be labels; no adaptive limit, no panel.
     assert "hidden" in dom.attributes["shadow_banner"]
+    assert "hidden" in dom.attributes["adaptive"]
+    assert dom.attributes["adaptive_spark_applied"]["points"] == ""
     assert {level["mode"] for level in dom.levels.values()} == {"Enforce"}
     assert all(not labels for labels in dom.labels.values())
     assert {
@@ -325,6 +335,54 @@ def test_a_shadow_level_has_a_banner_and_would_be_columns(chromium: str, tmp_pat
         "cancelled": "dropped",
     }
     assert dom.labels["rejecting"] == {}
+
+
+def test_the_adaptive_limit_has_a_panel_and_a_sparkline(chromium: str, tmp_path: Path) -> None:
+    # Learned in fake time first (the first update grows 10 to 13), then served: the page
+    # only reads, so the limit stays put while it polls.
+    clock = FakeClock()
+    limiter = Limiter(adaptive_config(), clock=clock)
+
+    async def learn() -> None:
+        await wave(limiter, clock, 30, 0.1)
+        await clock.advance_to(0.95)
+        await wave(limiter, clock, 30, 0.1)
+
+    asyncio.run(learn())
+    adaptive = limiter.adaptive_concurrency
+    assert adaptive is not None and adaptive.applied_limit == 13
+    app = Starlette(routes=[Mount(DEBUG_PREFIX, app=debug_app(limiter, authorize=allow_local))])
+    with serve(app) as port:
+        html = run_chromium(
+            chromium,
+            tmp_path / "profile",
+            "--dump-dom",
+            f"http://127.0.0.1:{port}{DEBUG_PREFIX}/dashboard?interval=250",
+        )
+    dom = DashboardDom()
+    dom.feed(html)
+    assert dom.ids["status"].startswith("updated"), dom.ids.get("status")
+    assert "hidden" not in dom.attributes["adaptive"]
+    assert {
+        name: dom.ids[f"adaptive_{name}"]
+        for name in ("algorithm", "limit", "applied", "bounds", "ratio", "updates", "baselines")
+    } == {
+        "algorithm": "Gradient",
+        "limit": f"{adaptive.limit:.1f}",
+        "applied": "13",
+        "bounds": "2\u201340",
+        "ratio": f"{adaptive.last_ratio:.2f}",
+        "updates": "1",
+        "baselines": "test 100.0 ms",
+    }
+    assert dom.ids["server_limit"] == "13"
+    # One point per poll, on both lines; the limit did not move, so the line is flat.
+    samples = int(dom.attributes["adaptive_spark"]["data-samples"] or "0")
+    assert samples >= 1
+    applied = (dom.attributes["adaptive_spark_applied"]["points"] or "").split()
+    learned = (dom.attributes["adaptive_spark_learned"]["points"] or "").split()
+    assert len(applied) == len(learned) == samples
+    assert len({point.split(",")[1] for point in applied}) == 1
 
 
 def test_the_page_reports_a_denied_feed(chromium: str, tmp_path: Path) -> None:

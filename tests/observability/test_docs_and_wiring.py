@@ -28,12 +28,15 @@ KUBERNETES_METRICS = {
     "demand_seats_smoothed", "target_seats", "seat_fair_frac", "priority_level_seat_utilization",
     "priority_level_request_utilization", "read_vs_write_current_requests",
 }  # fmt: skip
-# Ours, for shadow mode and (opt-in) the top flows; documented beside the Kubernetes ones,
-# marked as additions.
+# Ours, for shadow mode, (opt-in) the top flows and the adaptive server limit; documented
+# beside the Kubernetes ones, marked as additions.
 APF_LIMITER_METRICS = {
     "shadow_rejected_requests_total", "shadow_request_wait_duration_seconds",
     "shadow_dropped_twins_total", "priority_level_shadow", "top_flow_seats_in_use",
     "top_flow_waiting_requests", "top_flow_rejections",
+    "adaptive_limit_seats", "adaptive_applied_limit_seats", "adaptive_min_limit_seats",
+    "adaptive_max_limit_seats", "adaptive_baseline_seconds", "adaptive_latency_ratio",
+    "adaptive_last_latency_seconds", "adaptive_updates_total",
 }  # fmt: skip
 
 
