@@ -58,6 +58,10 @@ GAUGE_MODES: dict[str, GaugeMode] = {
     "seat_fair_frac": "liveall",
     # A flag: 1 when any live worker runs the level in shadow mode.
     "priority_level_shadow": "livemax",
+    # Each worker ranks its own flows: a sum of top-N lists is no top N of the group.
+    "top_flow_seats_in_use": "liveall",
+    "top_flow_waiting_requests": "liveall",
+    "top_flow_rejections": "liveall",
 }
 """The ``multiprocess_mode`` of each gauge (documented in docs/observability.md)."""
 
