@@ -6,7 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-RejectReason = Literal["queue-full", "concurrency-limit", "time-out"]
+#: Why a request was not executed: the engine's three (Kubernetes' ``rejected_requests_total``
+#: reasons), and ``long-running-limit``, the middleware's cap on open long-running requests.
+RejectReason = Literal["queue-full", "concurrency-limit", "time-out", "long-running-limit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,8 @@ class Rejected(Exception):
 
     Attributes:
         reason: ``"queue-full"``, ``"concurrency-limit"`` or ``"time-out"`` (the Kubernetes
-            ``rejected_requests_total`` reasons; ``time-out`` is a queue wait that hit its limit).
+            ``rejected_requests_total`` reasons; ``time-out`` is a queue wait that hit its limit),
+            or ``"long-running-limit"`` (the middleware's ``max_long_running`` cap).
         priority_level: Name of the priority level the request was classified into.
         flow_schema: Name of the flow schema that matched the request.
         retry_after: Seconds the client should wait before retrying (1..32).

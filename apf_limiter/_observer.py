@@ -40,7 +40,11 @@ class Observer:
         queue_wait: float,
         exempt: bool,
     ) -> None:
-        """A request ended without executing (``time-out`` also when its waiter went away)."""
+        """A request ended without executing (``time-out`` also when its waiter went away).
+
+        ``long-running-limit``: the middleware's ``max_long_running`` cap refused it on arrival
+        (through :meth:`Limiter.refuse`; the engine never saw it).
+        """
 
     def request_cancelled(self, priority_level: str, flow_schema: str, queue_wait: float) -> None:
         """A waiting request's task was cancelled (also reported as a ``time-out`` rejection)."""

@@ -12,7 +12,9 @@ started or the socket is accepted. Every other HTTP request has a deadline and, 
 minimum body data rate (:mod:`apf_limiter.asgi._deadline`). At a priority level in shadow mode
 admission never holds nor rejects: the request runs at once, and ``shadow_header=`` tells its
 would-be outcome (:mod:`apf_limiter.asgi._shadow`). Wiring mistakes seen in requests are
-warned about once each (:mod:`apf_limiter.asgi._mistakes`). ``lifespan`` passes through.
+warned about once each (:mod:`apf_limiter.asgi._mistakes`). ``max_long_running=`` caps the
+open long-running requests of each flow schema (:mod:`apf_limiter.asgi._long_running`);
+``queue_wait_header=`` tells admitted requests' queue wait. ``lifespan`` passes through.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ from apf_limiter.asgi._deadline import Deadlines
 from apf_limiter.asgi._debug import is_debug_path, load_debug_app
 from apf_limiter.asgi._expiry import BODY, Expiry
 from apf_limiter.asgi._identity import default_identify, route_path
+from apf_limiter.asgi._long_running import LongRunningCaps
 from apf_limiter.asgi._mistakes import seats_clamped, warn_clamped
 from apf_limiter.asgi._options import RouteOptions, check_bytes, check_timeout, deadline_seconds
 from apf_limiter.asgi._responses import (
     DROPPED,
     HeaderNames,
+    closing_at_shutdown,
     header_name,
+    queue_wait_pair,
     send_client_gone,
     send_expired,
     send_rejection,
@@ -65,7 +70,6 @@ if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
 
 _BODIES: Final = frozenset({"http.response.body", "http.response.zerocopysend"})
-_LIFESPAN_ENDS: Final = frozenset({"lifespan.shutdown.complete", "lifespan.shutdown.failed"})
 
 
 class APFMiddleware:
@@ -103,6 +107,10 @@ class APFMiddleware:
             mode, what enforcing would have done (e.g. ``"X-APF-Shadow"``): ``wait=0.125``,
             ``rejected=queue-full; retry-after=3``, or ``pending``; ``None`` (the default)
             for none.
+        queue_wait_header: Response header telling an admitted request's seconds in a queue
+            (e.g. ``"X-APF-Queue-Wait"``: ``0.012``, ``0`` if admitted at once); ``None``: none.
+        max_long_running: Caps on open long-running requests by flow-schema name (``"*"``: each
+            schema not named); one more is answered 429 (``long-running-limit``). ``None``: none.
         max_body_buffer: Bytes of request body kept while a request waits in a queue (to be
             replayed to the application), each message counting 256 bytes more: the watcher
             reads only below this, so it keeps at most this plus one message; then
@@ -146,6 +154,8 @@ class APFMiddleware:
         priority_level_header: str | None = "X-APF-Priority-Level",
         response_headers: bool = True,
         shadow_header: str | None = None,
+        queue_wait_header: str | None = None,
+        max_long_running: Mapping[str, int] | None = None,
         max_body_buffer: int = 65536,
         max_total_body_buffer: int = 16 * 1024 * 1024,
         request_timeout: float | None = 60.0,
@@ -189,6 +199,10 @@ class APFMiddleware:
         )
         self._headers_enabled = self._headers.enabled
         self._shadow_header = header_name(shadow_header)
+        self._queue_wait_header = header_name(queue_wait_header)
+        self._long_running_caps = (
+            None if max_long_running is None else LongRunningCaps(max_long_running, self._limiter)
+        )
         self._max_body_buffer = max_body_buffer
         self._body_budget = BodyBudget(max_total_body_buffer)
         self._times_bodies = min_body_rate is not None
@@ -214,7 +228,7 @@ class APFMiddleware:
         kind = scope["type"]
         if kind != "http" and kind != "websocket":
             if kind == "lifespan" and self._owns_limiter:
-                await self.app(scope, receive, self._lifespan_send(send))
+                await self.app(scope, receive, closing_at_shutdown(send, self._limiter))
             else:
                 await self.app(scope, receive, send)
             return
@@ -227,10 +241,20 @@ class APFMiddleware:
         if not isinstance(classified, tuple):
             classified = await classified  # a hook returned an awaitable
         digest, long_running, timeout, source = classified
+        caps = self._long_running_caps
+        counted: str | None = None  # the flow schema this open long-running request counts in
+        if long_running and caps is not None:
+            entered = caps.enter(digest)
+            if isinstance(entered, Rejected):
+                await self._reject(scope, receive, send, entered)
+                return
+            counted = entered
         admission = Admission(self._limiter, digest, self._wait_limit)
         try:
             admitted = admission.start()  # never waits: the fast path ends here
         except Rejected as rejected:
+            if counted is not None and caps is not None:
+                caps.leave(counted)
             await self._reject(scope, receive, send, rejected)
             return
         if digest.seats is not None and seats_clamped(digest, admission):
@@ -268,6 +292,10 @@ class APFMiddleware:
                 expiry.finish(None)
         finally:
             admission.release()
+            # Every way the call ends (errors, disconnects, cancellation) counts it out. (No
+            # deadline for a long-running request: nothing below this concerns it.)
+            if counted is not None and caps is not None:
+                caps.leave(counted)
             if replay is not None:
                 replay.close()  # kept messages not replayed, a receive() never awaited
         if expiry is not None and expiry.reason is not None and not expiry.started:
@@ -337,6 +365,8 @@ class APFMiddleware:
         extra = None
         if self._headers_enabled:
             extra = self._headers.headers(admission.flow_schema, admission.priority_level)
+        if self._queue_wait_header is not None:  # after the wait: the queue wait is final
+            extra = [*(extra or ()), queue_wait_pair(self._queue_wait_header, admission)]
         shadow_header = self._shadow_header
         if shadow_header is not None and admission.shadow is not None:
             # Below ours, so that the outcome is read as the response starts.
@@ -363,16 +393,6 @@ class APFMiddleware:
             return send(message)
 
         return send_and_release
-
-    def _lifespan_send(self, send: Send) -> Send:
-        limiter = self._limiter
-
-        async def lifespan_send(message: Message) -> None:
-            await send(message)
-            if message["type"] in _LIFESPAN_ENDS:
-                limiter.close()
-
-        return lifespan_send
 
     def __repr__(self) -> str:
         return f"<APFMiddleware {self._limiter!r} app={self.app!r}>"

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from apf_limiter._errors import Rejected
 from apf_limiter.asgi._types import Message, Receive, RejectHook, Scope, Send
+from apf_limiter.limiter import Admission, Limiter
 
 #: The rejection message (Kubernetes' wording).
 REJECTION_DETAIL: Final = "Too many requests, please try again later."
@@ -100,6 +101,33 @@ def with_headers(message: Message, extra: list[tuple[bytes, bytes]]) -> Message:
         A new message (the application's message is left as it was).
     """
     return {**message, "headers": [*message.get("headers", ()), *extra]}
+
+
+_LIFESPAN_ENDS: Final = frozenset({"lifespan.shutdown.complete", "lifespan.shutdown.failed"})
+
+
+def closing_at_shutdown(send: Send, limiter: Limiter) -> Send:
+    """Wrap a lifespan ``send`` to close ``limiter`` once the app reports its shutdown."""
+
+    async def lifespan_send(message: Message) -> None:
+        await send(message)
+        if message["type"] in _LIFESPAN_ENDS:
+            limiter.close()
+
+    return lifespan_send
+
+
+def seconds_value(seconds: float) -> str:
+    """Seconds as a header value: microseconds at most, trailing zeros dropped (``0``: none).
+
+    Microseconds, so that a short real wait never shows as the "at once" of ``0``.
+    """
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") or "0"
+
+
+def queue_wait_pair(name: bytes, admission: Admission) -> tuple[bytes, bytes]:
+    """The queue-wait header pair of an admitted request (``queue_wait_header=``)."""
+    return (name, seconds_value(admission.queue_wait).encode("ascii"))
 
 
 #: nginx's "client closed request": the status an access log shows for a request whose client

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Final
 
+from apf_limiter.asgi._responses import seconds_value
 from apf_limiter.asgi._types import Message, Send
 from apf_limiter.limiter import Admission, ShadowOutcome
 
@@ -50,8 +51,7 @@ def shadow_value(outcome: ShadowOutcome) -> str:
     wait = outcome.queue_wait
     if not outcome.decided or wait is None:
         return "pending"
-    # Microseconds: a short real wait must not round to the "would have run at once" of 0.
-    return "wait=" + (f"{wait:.6f}".rstrip("0").rstrip(".") or "0")
+    return "wait=" + seconds_value(wait)
 
 
 def shadow_pair(name: bytes | None, admission: Admission) -> tuple[bytes, bytes] | None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from apf_limiter._clock import Clock
 from apf_limiter._digest import RequestDigest
+from apf_limiter._errors import Rejected, RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
@@ -171,6 +172,48 @@ class Limiter(Shell):
         if wait_limit is not None:
             check_wait_limit(wait_limit)
         return Admission(self, digest, wait_limit)
+
+    def classify(self, digest: RequestDigest) -> tuple[str, str]:
+        """Classify a request without admitting it (nothing is counted or reported).
+
+        Args:
+            digest: What classification needs to know of the request.
+
+        Returns:
+            The names of the flow schema it matches and of that schema's priority level.
+
+        Raises:
+            LookupError: If no flow schema matches and there is no ``catch-all`` schema.
+        """
+        classification = self._controller.classifier.classify(digest)
+        return classification.flow_schema.name, classification.priority_level
+
+    def refuse(
+        self, flow_schema: str, priority_level: str, reason: RejectReason, *, retry_after: int
+    ) -> Rejected:
+        """Report a request refused outside the limiter, as its own rejections are reported.
+
+        For a cap the caller keeps itself (the middleware's ``max_long_running``): the
+        observer's ``request_rejected`` (no queue wait) and the DEBUG log, so the metrics count
+        it with the rejections. The engine's statistics do not: it never saw the request.
+
+        Args:
+            flow_schema: The request's flow schema (from :meth:`classify`).
+            priority_level: Its priority level.
+            reason: Why it was refused.
+            retry_after: The ``Retry-After`` seconds the client is told.
+
+        Returns:
+            The exception describing the rejection (not raised).
+        """
+        try:
+            exempt = self.config.priority_level(priority_level).is_exempt
+        except KeyError:  # reconfigured away since it was classified
+            exempt = False
+        self._reporter.refused(priority_level, flow_schema, reason, retry_after, exempt)
+        return Rejected(
+            reason, priority_level=priority_level, flow_schema=flow_schema, retry_after=retry_after
+        )
 
     def statistics(self) -> LimiterStatistics:
         """Return a frozen snapshot of every priority level and flow schema (a pure read)."""

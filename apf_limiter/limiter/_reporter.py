@@ -92,6 +92,26 @@ class Reporter:
                 },
             )
 
+    def refused(
+        self, priority_level: str, flow_schema: str, reason: str, retry_after: int, exempt: bool
+    ) -> None:
+        """A request was refused before it reached the engine (e.g. ``long-running-limit``)."""
+        if self.observer is not None:
+            self.notify("request_rejected", priority_level, flow_schema, reason, 0.0, exempt)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "request rejected (%s) at priority level %s, flow schema %s",
+                reason,
+                priority_level,
+                flow_schema,
+                extra={
+                    "reason": reason,
+                    "priority_level": priority_level,
+                    "flow_schema": flow_schema,
+                    "retry_after": retry_after,
+                },
+            )
+
     def shadowed(self, request: Request, queue_wait: float | None, reason: str | None) -> None:
         """A shadow-mode request's would-be outcome is known (observer only)."""
         observer = self.observer
