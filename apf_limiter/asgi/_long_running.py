@@ -40,15 +40,20 @@ class LongRunningCaps:
     __slots__ = ("_caps", "_default", "_limiter", "_open")
 
     def __init__(self, caps: Mapping[str, int], limiter: Limiter) -> None:
-        for name, cap in caps.items():
+        # Read as objects: the caller's mapping is unchecked, and a compiled build would
+        # otherwise refuse a wrong type with its own TypeError before the check below.
+        given: list[tuple[object, object]] = list(caps.items())
+        checked: dict[str, int] = {}
+        for name, cap in given:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"max_long_running keys must be flow-schema names, got {name!r}")
             if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
                 raise ValueError(
                     f"max_long_running[{name!r}] must be a non-negative integer, got {cap!r}"
                 )
-        self._caps = {name: cap for name, cap in caps.items() if name != EVERY_SCHEMA}
-        self._default: int | None = caps.get(EVERY_SCHEMA)
+            checked[name] = cap
+        self._caps = {name: cap for name, cap in checked.items() if name != EVERY_SCHEMA}
+        self._default: int | None = checked.get(EVERY_SCHEMA)
         self._limiter = limiter
         self._open: dict[str, int] = {}
 
