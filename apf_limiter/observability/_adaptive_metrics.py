@@ -17,15 +17,12 @@ if TYPE_CHECKING:
     from apf_limiter.engine._statistics import AdaptiveStatistics
 
 
-def collect_adaptive(families: FamilyBuilder, adaptive: AdaptiveStatistics | None) -> Iterator[Any]:
-    """Yield the ``adaptive_*`` families, or nothing when the adaptive limit is off.
+def adaptive_samples(adaptive: AdaptiveStatistics) -> dict[str, dict[tuple[str, ...], float]]:
+    """Each ``adaptive_*`` metric's samples, by label values: the one mapping both exports use.
 
     Args:
-        families: The family builder (name prefix).
-        adaptive: The limiter's ``adaptive_concurrency`` (``None`` when off).
+        adaptive: The limiter's ``adaptive_concurrency``.
     """
-    if adaptive is None:
-        return
     scalars = {
         "adaptive_limit_seats": adaptive.limit,
         "adaptive_applied_limit_seats": adaptive.applied_limit,
@@ -35,9 +32,23 @@ def collect_adaptive(families: FamilyBuilder, adaptive: AdaptiveStatistics | Non
         "adaptive_last_latency_seconds": adaptive.last_latency,
         "adaptive_updates_total": adaptive.updates,
     }
-    for name, value in scalars.items():
-        yield families.values(metric(name), {(): value})
-    yield families.values(
-        metric("adaptive_baseline_seconds"),
-        {(level,): baseline for level, baseline in adaptive.baselines.items()},
-    )
+    samples: dict[str, dict[tuple[str, ...], float]] = {
+        name: {(): float(value)} for name, value in scalars.items()
+    }
+    samples["adaptive_baseline_seconds"] = {
+        (level,): baseline for level, baseline in adaptive.baselines.items()
+    }
+    return samples
+
+
+def collect_adaptive(families: FamilyBuilder, adaptive: AdaptiveStatistics | None) -> Iterator[Any]:
+    """Yield the ``adaptive_*`` families, or nothing when the adaptive limit is off.
+
+    Args:
+        families: The family builder (name prefix).
+        adaptive: The limiter's ``adaptive_concurrency`` (``None`` when off).
+    """
+    if adaptive is None:
+        return
+    for name, values in adaptive_samples(adaptive).items():
+        yield families.values(metric(name), values)

@@ -21,6 +21,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Literal
 
 from apf_limiter.engine._seat_seconds import seat_seconds_float
+from apf_limiter.observability._adaptive_metrics import adaptive_samples
 from apf_limiter.observability._buckets import BucketCounts
 from apf_limiter.observability._catalog import METRICS
 from apf_limiter.observability._sampling import RatioSampler, count_flows, s_bounds
@@ -242,18 +243,12 @@ class NativeMetrics:
         adaptive = limiter.adaptive_concurrency
         if adaptive is not None:
             self._create_adaptive()
-            for name, value in (
-                ("adaptive_limit_seats", adaptive.limit),
-                ("adaptive_applied_limit_seats", adaptive.applied_limit),
-                ("adaptive_min_limit_seats", adaptive.min_limit),
-                ("adaptive_max_limit_seats", adaptive.max_limit),
-                ("adaptive_latency_ratio", adaptive.last_ratio),
-                ("adaptive_last_latency_seconds", adaptive.last_latency),
-            ):
-                self._set(name, (), value)
-            for level_name, baseline in adaptive.baselines.items():
-                self._set("adaptive_baseline_seconds", (level_name,), baseline)
-            self._count("adaptive_updates_total", (), adaptive.updates)
+            for name, values in adaptive_samples(adaptive).items():
+                for labels, value in values.items():
+                    if name == "adaptive_updates_total":
+                        self._count(name, labels, value)
+                    else:
+                        self._set(name, labels, value)
         sampler.sample(dump, flows, limiter.clock.now())
         self._push_samples(sampler)
         return busy

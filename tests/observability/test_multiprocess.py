@@ -292,3 +292,28 @@ def test_a_timer_lost_with_its_event_loop_is_replaced(
     asyncio.run(one_request())
     assert native.timer is not None
     assert _value(native, "dispatched_requests_total") == 1  # the first, refreshed above
+
+
+async def test_the_adaptive_limit_is_written_per_worker_once_it_is_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from apf_limiter.observability._adaptive_metrics import adaptive_samples
+    from apf_limiter.testing import FakeClock
+    from tests.observability.scenario import adaptive_config, wave
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    metrics = PrometheusMetrics(CollectorRegistry())
+    native = metrics._native
+    assert native is not None
+    clock = FakeClock()
+    limiter = Limiter(adaptive_config(), clock=clock, observer=metrics)
+    metrics.bind(limiter)
+    await wave(limiter, clock, 30, 0.1)
+    await clock.advance_to(0.95)
+    await wave(limiter, clock, 30, 0.1)
+    native.refresh()
+    adaptive = limiter.adaptive_concurrency
+    assert adaptive is not None and adaptive.updates >= 1
+    for name, values in adaptive_samples(adaptive).items():
+        assert _value(native, name) == pytest.approx(sum(values.values())), name
+    assert _value(native, "adaptive_applied_limit_seats") == adaptive.applied_limit > 10
