@@ -21,6 +21,10 @@ Two measurements, each against ``bare`` in the same interleaved rounds:
   is reported as **µs added per request** (the variant's time per request minus bare's, per
   round). The pure variants run in one child process, the compiled one in another (a process
   imports one apf_limiter); the rounds alternate between them, each against its own bare.
+  Each child also times the **engine fast path** (``async with limiter.admit(digest)``) for
+  the digest the middleware builds for the same request, in the same rounds: the
+  **middleware's own cost** is the apf variant's added time minus it, reported per round and
+  as a ratio to the engine fast path.
 * **loopback**: uvicorn servers (h11, one worker each), loaded in turn with ``wrk`` when
   installed, else :mod:`benchmarks.loadgen`'s Python generator; a **throughput ratio** to
   bare, per round.
@@ -39,6 +43,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from apf_limiter import Limiter
+from apf_limiter.asgi._identity import build_digest
 from apf_limiter.asgi._types import ASGIApp, Message
 from benchmarks import bench_app, peer_apps
 from benchmarks.bench_app import build_info
@@ -86,6 +92,8 @@ _SCOPE: dict[str, Any] = {
     "server": ("127.0.0.1", 8000),
 }
 _REQUEST: Message = {"type": "http.request", "body": b"", "more_body": False}
+#: The engine fast path's entry in a child's times (not an application: nothing is added).
+ENGINE = "engine"
 
 
 class InProcess:
@@ -123,10 +131,39 @@ class InProcess:
         return (time.perf_counter() - started) / requests * 1e6
 
 
+class EngineFastPath:
+    """The engine fast path for the digest the middleware builds for the same ``GET /``.
+
+    ``async with limiter.admit(digest)`` and its release, with free seats (what
+    :mod:`benchmarks.engine_bench` calls the fast path), on a limiter of the built-in
+    configuration, as the ``apf`` variant's. The middleware's own cost is the ``apf`` variant's
+    added time minus this.
+    """
+
+    def __init__(self) -> None:
+        self.limiter = Limiter()
+        self.digest = build_digest({**_SCOPE, "state": {}}, None, None, None)
+
+    async def run(self, requests: int) -> float:
+        """Admit and release ``requests`` times; µs per admission."""
+        limiter, digest = self.limiter, self.digest
+        started = time.perf_counter()
+        for _ in range(requests):
+            async with limiter.admit(digest):
+                pass
+        return (time.perf_counter() - started) / requests * 1e6
+
+
 async def _worker(variants: list[str], requests: int) -> None:
     # A child of in_process(): one line of build information, then one line of µs per
-    # variant for each "round N" read from stdin, until stdin closes.
-    drivers = {name: InProcess(IN_PROCESS[name]()) for name in variants}
+    # variant for each "round N" read from stdin, until stdin closes. With "apf", the
+    # engine fast path for its digest is timed in the same rounds ("engine").
+    drivers: dict[str, InProcess | EngineFastPath] = {
+        name: InProcess(IN_PROCESS[name]()) for name in variants
+    }
+    if "apf" in drivers:
+        drivers[ENGINE] = EngineFastPath()
+        variants = [*variants, ENGINE]
     for driver in drivers.values():
         await driver.run(max(100, requests // 4))  # warm up: imports, caches, first requests
     print(json.dumps(build_info()), flush=True)
@@ -179,6 +216,10 @@ def in_process(
     times: dict[str, list[float]] = {name: [] for name in variants}
     added: dict[str, list[float]] = {name: [] for name in variants}
     compiled_bare: list[float] = []
+    # The apf variants: the engine fast path in the same rounds, and the middleware's own
+    # cost (added time minus the engine fast path), per round.
+    engines: dict[str, list[float]] = {}
+    glue: dict[str, list[float]] = {}
     with ExitStack() as stack:
         # From the repository root the "pure" child runs the sources; from a compiled tree
         # (make test-compiled runs the tests there) it runs that tree, as this process does.
@@ -194,6 +235,7 @@ def in_process(
             names = list(children)
             for name in names[index % len(names) :] + names[: index % len(names)]:
                 measured = children[name].round(index)
+                engine = measured.pop(ENGINE, None)
                 if name == "compiled":
                     compiled_bare.append(measured["bare"])
                     measured = {"apf-compiled": measured["apf"], "bare": measured["bare"]}
@@ -201,11 +243,19 @@ def in_process(
                     if variant != "bare" or name == "pure":
                         times[variant].append(value)
                         added[variant].append(value - measured["bare"])
+                if engine is not None:
+                    apf = "apf-compiled" if name == "compiled" else "apf"
+                    engines.setdefault(apf, []).append(engine)
+                    glue.setdefault(apf, []).append(added[apf][-1] - engine)
             print(
                 f"  in-process round {index + 1}/{rounds}: "
                 + ", ".join(f"{v} {times[v][-1]:.1f}" for v in variants if times[v])
                 + " µs/request"
             )
+    ratios = {
+        name: [own / engine for own, engine in zip(glue[name], engines[name], strict=True)]
+        for name in glue
+    }
     return {
         "rounds": rounds,
         "requests_per_round": requests,
@@ -220,6 +270,17 @@ def in_process(
             }
             for name in variants
             if times[name]
+        },
+        "middleware_own_cost": {
+            name: {
+                "engine_fast_path_us": engines[name],
+                "engine_fast_path_us_stats": _quantiles(engines[name]),
+                "own_us": glue[name],
+                "own_us_stats": _quantiles(glue[name]),
+                "own_to_engine": ratios[name],
+                "own_to_engine_stats": _quantiles(ratios[name]),
+            }
+            for name in glue
         },
     }
 
@@ -316,6 +377,18 @@ def report(result: dict[str, Any]) -> str:
                 f"{ratio['min']:6.3f}–{ratio['max']:<6.3f} {outer[name]['failures']:6}"
             )
         lines.append(line)
+    own = result.get("in_process", {}).get("middleware_own_cost", {})
+    for name, cost in own.items():
+        engine, glue, ratio = (
+            cost["engine_fast_path_us_stats"],
+            cost["own_us_stats"],
+            cost["own_to_engine_stats"],
+        )
+        lines.append(
+            f"{name}: engine fast path {engine['median']:.2f} µs, the middleware's own cost "
+            f"{glue['median']:.2f} µs = {ratio['median']:.2f}× the engine "
+            f"[{ratio['min']:.2f}–{ratio['max']:.2f}]"
+        )
     lines += [f"Note: {note}" for note in result["notes"]]
     return "\n".join(lines)
 

@@ -189,6 +189,9 @@ def build_digest(
         )
         api_group, kind = resource.api_group, resource.resource
         subresource, namespace, name = resource.subresource, resource.namespace, resource.name
+    path: str = scope["path"]
+    if "/." in path or scope.get("root_path"):  # else the path is the route path already
+        path = remove_dot_segments(route_path(scope))
     # fill_digest, not RequestDigest(...): this runs for every request, and the constructor's
     # keyword arguments and checks (groups is a tuple already) cost more than the rest.
     return fill_digest(
@@ -196,7 +199,7 @@ def build_digest(
         user,
         groups,
         verb,
-        remove_dot_segments(route_path(scope)),
+        path,
         api_group,
         kind,
         subresource,

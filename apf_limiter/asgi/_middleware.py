@@ -20,7 +20,7 @@ open long-running requests of each flow schema (:mod:`apf_limiter.asgi._long_run
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from apf_limiter._errors import Rejected
 from apf_limiter._warn_once import WarnOnce
@@ -68,8 +68,6 @@ from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
-
-_BODIES: Final = frozenset({"http.response.body", "http.response.zerocopysend"})
 
 
 class APFMiddleware:
@@ -380,6 +378,10 @@ class APFMiddleware:
             kind = message["type"]
             if expiry is not None and expiry.reason is not None:
                 return DROPPED  # expired: being cancelled, nothing more goes out
+            if kind == "http.response.body":  # the common message first
+                if not message.get("more_body", False):
+                    admission.release()
+                return send(message)
             if kind in STARTS:
                 if expiry is not None:
                     expiry.started = True  # expiring now aborts the response
@@ -387,7 +389,7 @@ class APFMiddleware:
                     admission.release()
                 return send(with_headers(message, extra) if extra else message)
             if (
-                kind in _BODIES and not message.get("more_body", False)
+                kind == "http.response.zerocopysend" and not message.get("more_body", False)
             ) or kind == "http.response.pathsend":
                 admission.release()
             return send(message)

@@ -19,6 +19,10 @@ from apf_limiter._digest import check_estimate
 
 #: The endpoint attribute :func:`route_options` stores its :class:`RouteOptions` in.
 ROUTE_OPTIONS_ATTRIBUTE = "__apf_route_options__"
+#: How many endpoints :func:`route_options` has marked in this process (one counter, in a
+#: list so that importers share it): while it is 0 no route lookup can find anything, and the
+#: middleware skips the lookup altogether.
+MARKED_ENDPOINTS: list[int] = [0]
 
 _E = TypeVar("_E")
 
@@ -227,6 +231,7 @@ def route_options(
             raise TypeError(
                 f"route_options() marks functions and classes; cannot mark {endpoint!r}"
             ) from None
+        MARKED_ENDPOINTS[0] += 1
         return endpoint
 
     return mark

@@ -7,8 +7,8 @@ Two sources, in this order:
    matches the request against the application's routes itself (Starlette and FastAPI routers,
    mounts and hosts included): ``scope["app"]``, which Starlette sets when the middleware is
    added with ``add_middleware``, else the application the middleware wraps (found through the
-   ``app`` attributes of any middleware in between). An application with no marked endpoint
-   pays one cached check.
+   ``app`` attributes of any middleware in between). While no endpoint in the process is
+   marked, nothing is looked up; an application with no marked endpoint pays one cached check.
 2. The middleware's ``paths=`` mapping, whose keys are ``nonResourceURLs`` patterns
    (``/reports`` covers ``/reports`` and everything below it, ``/reports/*`` only what is
    below, ``*`` every path); the longest matching pattern wins.
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from apf_limiter.asgi._identity import route_path
-from apf_limiter.asgi._options import ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
+from apf_limiter.asgi._options import MARKED_ENDPOINTS, ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
 from apf_limiter.asgi._types import Scope
 from apf_limiter.engine._rules import non_resource_url_matches
 
@@ -70,9 +70,17 @@ class RouteLookup:
         self._apps: dict[int, tuple[object, int, bool]] = {}
 
     @property
-    def empty(self) -> bool:
-        """Whether there are no path patterns (marked endpoints are still looked up)."""
-        return not self._paths
+    def patterns(self) -> bool:
+        """Whether there are path patterns."""
+        return bool(self._paths)
+
+    @property
+    def idle(self) -> bool:
+        """Whether a lookup finds nothing now: no path patterns, and no endpoint marked yet.
+
+        Read per request (an endpoint marked later makes it ``False`` from then on).
+        """
+        return not self._paths and not MARKED_ENDPOINTS[0]
 
     def lookup(self, scope: Scope) -> tuple[RouteOptions, object] | None:
         """The options of the request of ``scope`` and where they come from, or ``None``.

@@ -88,15 +88,19 @@ class Admission:
         """Where the admission is: new, queued, admitted or ended."""
         return self._phase
 
+    # The two names are read for every request (the middleware's response headers): without
+    # going through _started, one property call each.
     @property
     def flow_schema(self) -> str:
         """The name of the flow schema that matched the request."""
-        return self._started.flow_schema
+        request = self._request
+        return self._started.flow_schema if request is None else request.flow_schema
 
     @property
     def priority_level(self) -> str:
         """The name of the priority level the request runs at."""
-        return self._started.priority_level
+        request = self._request
+        return self._started.priority_level if request is None else request.priority_level
 
     @property
     def distinguisher(self) -> str:
