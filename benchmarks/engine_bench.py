@@ -3,8 +3,9 @@
 Run: ``.venv/bin/python -m benchmarks.engine_bench`` (``--quick`` for a short run).
 
 1. Uncontended ``admit`` + release, classification included, against ``asyncio.Semaphore``
-   acquire + release, with the default configuration and with 20 flow schemas
-   (:func:`benchmarks.interleave.interleaved_rounds`: warmed up, rotated rounds; the median of
+   and ``anyio.CapacityLimiter`` acquire + release (in the same rounds), with the default
+   configuration and with 20 flow schemas
+   (:func:`benchmarks.interleave.interleaved_samples`: warmed up, rotated rounds; the median of
    the per-round ratios is reported).
 2. Saturated admit with queueing, then dispatch: :func:`saturated_level` builds the level;
    :mod:`benchmarks.saturation_bench` measures the grid of queues, flows and backlogs.
@@ -18,18 +19,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import statistics
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from apf_limiter import Limiter, RequestDigest
 from apf_limiter.config._sources import load_config
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._request import RequestState
 from benchmarks.bench_app import build_info
-from benchmarks.interleave import interleaved_rounds, run_fast_path
+from benchmarks.interleave import interleaved_samples, median_ratio, run_fast_path
 from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT
 
@@ -44,6 +48,8 @@ __all__ = [
 ]
 
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "engine.json"
+SEMAPHORE = "asyncio.Semaphore"
+CAPACITY_LIMITER = "anyio.CapacityLimiter"
 USER = RequestDigest(user="alice", groups=("system:authenticated",), path="/api/items")
 
 
@@ -148,8 +154,13 @@ def twenty_schemas_config() -> dict[str, Any]:
 
 
 async def fast_path(rounds: int, n: int) -> dict[str, tuple[float, float]]:
-    """Per-operation seconds and ratio to the semaphore (medians over interleaved rounds)."""
+    """Per-operation seconds and ratio to the semaphore (medians over interleaved rounds).
+
+    Also, per configuration, the ratio to ``anyio.CapacityLimiter`` (the pure-Python target:
+    no dearer than it), as the rows ``<configuration> / anyio.CapacityLimiter``.
+    """
     semaphore = asyncio.Semaphore(10)
+    capacity_limiter = anyio.CapacityLimiter(10)
     limiters = {
         "default config": Limiter(hash_seed=1),
         "20 flow schemas": Limiter(twenty_schemas_config(), hash_seed=1),
@@ -159,6 +170,10 @@ async def fast_path(rounds: int, n: int) -> dict[str, tuple[float, float]]:
         async with semaphore:
             pass
 
+    async def capacity() -> None:
+        async with capacity_limiter:
+            pass
+
     def apf(limiter: Limiter) -> Callable[[], Awaitable[None]]:
         async def body() -> None:
             async with limiter.admit(USER):
@@ -166,8 +181,22 @@ async def fast_path(rounds: int, n: int) -> dict[str, tuple[float, float]]:
 
         return body
 
-    bodies = {"asyncio.Semaphore": sem, **{name: apf(lim) for name, lim in limiters.items()}}
-    return await interleaved_rounds(bodies, "asyncio.Semaphore", rounds, n)
+    bodies = {
+        SEMAPHORE: sem,
+        CAPACITY_LIMITER: capacity,
+        **{name: apf(lim) for name, lim in limiters.items()},
+    }
+    samples = await interleaved_samples(bodies, rounds, n)
+    result = {
+        name: (statistics.median(times), median_ratio(times, samples[SEMAPHORE]))
+        for name, times in samples.items()
+    }
+    for name in limiters:
+        result[f"{name} / {CAPACITY_LIMITER}"] = (
+            statistics.median(samples[name]),
+            median_ratio(samples[name], samples[CAPACITY_LIMITER]),
+        )
+    return result
 
 
 def saturated_level(

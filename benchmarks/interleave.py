@@ -14,7 +14,14 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-__all__ = ["FastPath", "interleaved_rounds", "run_fast_path", "time_loop"]
+__all__ = [
+    "FastPath",
+    "interleaved_rounds",
+    "interleaved_samples",
+    "median_ratio",
+    "run_fast_path",
+    "time_loop",
+]
 
 #: A fast-path benchmark: ``measure(rounds, n)`` gives, per variant, (seconds, ratio).
 FastPath = Callable[[int, int], Coroutine[Any, Any, dict[str, tuple[float, float]]]]
@@ -26,6 +33,32 @@ async def time_loop(body: Callable[[], Awaitable[None]], n: int) -> float:
     for _ in range(n):
         await body()
     return (time.perf_counter() - start) / n
+
+
+async def interleaved_samples(
+    bodies: Mapping[str, Callable[[], Awaitable[None]]], rounds: int, n: int
+) -> dict[str, list[float]]:
+    """Time every body in rotated rounds; per body, the seconds per call of each round.
+
+    Args:
+        bodies: Variant name to the operation to time.
+        rounds: Timing rounds (each times every variant once).
+        n: Calls per timing.
+    """
+    names = list(bodies)
+    for name in names:
+        await time_loop(bodies[name], max(1, n // 10))  # warm up
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        for offset in range(len(names)):
+            name = names[(round_ + offset) % len(names)]
+            samples[name].append(await time_loop(bodies[name], n))
+    return samples
+
+
+def median_ratio(times: list[float], base: list[float]) -> float:
+    """The median of the per-round ratios of ``times`` to ``base`` (timed in the same rounds)."""
+    return statistics.median(t / b for t, b in zip(times, base, strict=True))
 
 
 async def interleaved_rounds(
@@ -42,20 +75,10 @@ async def interleaved_rounds(
     Returns:
         Variant name to (median seconds per call, median of the per-round ratios).
     """
-    names = list(bodies)
-    for name in names:
-        await time_loop(bodies[name], max(1, n // 10))  # warm up
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(rounds):
-        for offset in range(len(names)):
-            name = names[(round_ + offset) % len(names)]
-            samples[name].append(await time_loop(bodies[name], n))
+    samples = await interleaved_samples(bodies, rounds, n)
     base = samples[baseline]
     return {
-        name: (
-            statistics.median(times),
-            statistics.median(t / b for t, b in zip(times, base, strict=True)),
-        )
+        name: (statistics.median(times), median_ratio(times, base))
         for name, times in samples.items()
     }
 
@@ -70,7 +93,7 @@ def run_fast_path(measure: FastPath, *, quick: bool) -> dict[str, Any]:
     rounds, n = (3, 20_000) if quick else (9, 100_000)
     fast = asyncio.run(measure(rounds, n))
     for name, (seconds, ratio) in fast.items():
-        print(f"   {name:20s} {seconds * 1e6:7.2f} µs   {ratio:5.2f}x")
+        print(f"   {name:42s} {seconds * 1e6:7.2f} µs   {ratio:5.2f}x")
     return {
         "rounds": rounds,
         "n": n,
