@@ -29,7 +29,17 @@ from typing import Any
 from benchmarks.adaptive_sim import Result, Run, cv, percentile, simulate
 from benchmarks.result_file import write_result
 
-__all__ = ["ALGORITHMS", "change", "fairness", "hindsight", "knee", "main", "settle_time", "steady"]
+__all__ = [
+    "ALGORITHMS",
+    "change",
+    "change_steps",
+    "fairness",
+    "hindsight",
+    "knee",
+    "main",
+    "settle_time",
+    "steady",
+]
 
 ALGORITHMS: tuple[str, ...] = ("Gradient", "AIMD")
 LOAD = 1.2
@@ -107,18 +117,15 @@ def hindsight(capacity: int, duration: float = 180.0, warmup: float = 60.0) -> d
     return {"static": statics, "best_static": best_limit, "adaptive": adaptive}
 
 
+def change_steps(capacity: int) -> tuple[tuple[float, float], ...]:
+    """The backend's capacity over time in (c): C, halved at 120 s, back at 200 s."""
+    return ((0.0, capacity), (120.0, capacity / 2), (200.0, capacity))
+
+
 def change(algorithm: str, capacity: int) -> dict[str, Any]:
     """(c): C halves at 120 s and comes back at 200 s."""
     half = capacity / 2
-    result = simulate(
-        Run(
-            ((0.0, capacity), (120.0, half), (200.0, capacity)),
-            LOAD,
-            320.0,
-            capacity,
-            _adaptive(algorithm),
-        )
-    )
+    result = simulate(Run(change_steps(capacity), LOAD, 320.0, capacity, _adaptive(algorithm)))
     down = settle_time(result, half, 120.0, 200.0)
     up = settle_time(result, capacity, 200.0, 320.0)
     return {

@@ -124,6 +124,13 @@ class Result:
         """ServerCL, sampled every second in ``[start, end)``."""
         return [limit for t, limit in self.limits if start <= t < end]
 
+    def p99_series(self, *, execution: bool = False) -> list[tuple[float, float]]:
+        """Per whole second of the run with completions: (its start, the p99 of that second)."""
+        seconds: dict[int, list[float]] = {}
+        for at, _, latency, ran in self.completed:
+            seconds.setdefault(int(at), []).append(ran if execution else latency)
+        return [(float(s), percentile(values, 0.99)) for s, values in sorted(seconds.items())]
+
 
 def adaptive_config(
     server_limit: int, adaptive: dict[str, Any] | None, wait_limit: float = 5.0

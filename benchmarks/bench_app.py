@@ -192,6 +192,14 @@ class _BenchRoutes:
                 if level.type != "Exempt"
             },
         )
+        adaptive = self.limiter.adaptive_concurrency
+        if adaptive is not None:
+            stats["adaptive"] = {
+                "limit": adaptive.limit,
+                "last_ratio": adaptive.last_ratio,
+                "baselines": adaptive.baselines,
+                "updates": adaptive.updates,
+            }
         return stats
 
 

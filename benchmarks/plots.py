@@ -9,7 +9,13 @@ backend:
 * ``docs/perf-mice-latency.png`` — the mice's latency over time behind the semaphore and behind
   APF, over real HTTP and (wait only) in fake time;
 * ``docs/perf-engine-cost.png`` — engine cost per request against queues and flows, and
-  against the number of queued requests.
+  against the number of queued requests;
+* ``docs/perf-adaptive.png`` — the adaptive server limit, Gradient and AIMD side by side: the
+  learned ServerCL and the execution time's p99 against time while the backend's capacity
+  halves and recovers, simulated on the spot in fake time (:mod:`benchmarks.adaptive_sim`,
+  deterministic; about a minute).
+
+``--only NAME`` draws one of them (``http``, ``mice``, ``engine``, ``adaptive``).
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
 from benchmarks.servers import REPO_ROOT
 
-__all__ = ["engine_cost", "http_throughput", "main", "mice_latency"]
+__all__ = ["adaptive_limit", "engine_cost", "http_throughput", "main", "mice_latency"]
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 DOCS = REPO_ROOT / "docs"
@@ -37,6 +45,10 @@ _COLORS = {
     "semaphore": "#d62728",
     "limit-concurrency": "#ff7f0e",
 }
+
+
+#: The plots ``--only`` can name.
+PLOTS: tuple[str, ...] = ("http", "mice", "engine", "adaptive")
 
 
 def _load(results: Path, name: str) -> dict[str, Any] | None:
@@ -157,32 +169,115 @@ def engine_cost(result: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    """Draw every plot whose results exist."""
+def _plain_log(ax: Axes, ticks: tuple[float, ...]) -> None:
+    """A log axis with ``ticks`` written as plain numbers."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def adaptive_limit(out: Path, capacity: int = 20) -> None:
+    """Learned ServerCL (top) and execution time's p99 (bottom) against time, per algorithm.
+
+    The scenario of criterion (c) of :mod:`benchmarks.adaptive_bench`, started far above the
+    knee (10 × C) so that one run shows both finding it and following it: the backend's
+    capacity C halves at 120 s and recovers at 200 s. A static ServerCL of C (the best static
+    limit of criterion (b), before the change) is the reference.
+    """
+    from benchmarks.adaptive_bench import ALGORITHMS, LOAD, change_steps
+    from benchmarks.adaptive_sim import Run, simulate
+
+    steps = change_steps(capacity)
+    duration = 320.0
+    static = simulate(Run(steps, LOAD, duration, capacity))
+    fig, axes = plt.subplots(
+        2, len(ALGORITHMS), figsize=(10, 6), sharex=True, sharey="row", squeeze=False
+    )
+    for column, algorithm in enumerate(ALGORITHMS):
+        adaptive = {"algorithm": algorithm, "minLimit": 1, "maxLimit": 1000}
+        result = simulate(Run(steps, LOAD, duration, 10 * capacity, adaptive))
+        top, bottom = axes[0, column], axes[1, column]
+        # C and the band [0.8 C, 1.5 C] criteria (a) and (c) accept, as steps over time.
+        edges = [at for at, _ in steps] + [duration]
+        for (at, knee), end in zip(steps, edges[1:], strict=True):
+            top.fill_between([at, end], 0.8 * knee, 1.5 * knee, color="#2ca02c", alpha=0.15, lw=0)
+            top.plot([at, end], [knee, knee], color="#2ca02c", lw=1.2)
+        top.plot([], [], color="#2ca02c", lw=1.2, label="capacity C (band 0.8–1.5 C)")
+        top.step(
+            [t for t, _ in result.limits],
+            [limit for _, limit in result.limits],
+            where="post",
+            color=_COLORS["apf"],
+            lw=1.2,
+            label=f"learned ServerCL ({algorithm})",
+        )
+        _plain_log(top, (5, 10, 20, 50, 100, 200))
+        top.set_title(f"{algorithm}: from ServerCL {10 * capacity}", fontsize=9)
+        top.grid(True, which="both", alpha=0.3)
+        top.legend(fontsize=8, loc="upper right")
+        for label, run, color in (
+            (f"static ServerCL {capacity}", static, _COLORS["bare"]),
+            (algorithm, result, _COLORS["apf"]),
+        ):
+            series = run.p99_series(execution=True)
+            bottom.plot(
+                [t for t, _ in series],
+                [p * 1000 for _, p in series],
+                color=color,
+                lw=1,
+                label=label,
+            )
+        _plain_log(bottom, (200, 300, 500, 1000, 2000))
+        bottom.set_xlabel("seconds (fake time)")
+        bottom.grid(True, which="both", alpha=0.3)
+        bottom.legend(fontsize=8, loc="upper right")
+    axes[0, 0].set_ylabel("ServerCL (seats)")
+    axes[1, 0].set_ylabel("execution time, p99 per second (ms)")
+    fig.suptitle(
+        f"Adaptive server limit, fake time: processor-sharing backend, knee C = {capacity} "
+        f"halving at 120 s and back at 200 s, {LOAD:g} × load, two levels (50 ms, 200 ms)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Draw every plot whose results exist (or the one ``--only`` names)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--docs", type=Path, default=DOCS, help="where the PNGs go")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON files are")
-    args = parser.parse_args()
-    http = _load(args.results, "http.json")
-    if http is not None:
-        http_throughput(http, args.docs / "perf-http-throughput.png")
-        print(f"wrote {args.docs / 'perf-http-throughput.png'}")
-    else:
-        print("no benchmarks/results/http.json: run python -m benchmarks.http_bench")
-    fairness = _load(args.results, "fairness.json")
-    if fairness is not None:
-        mice_latency(fairness, args.docs / "perf-mice-latency.png")
-        print(f"wrote {args.docs / 'perf-mice-latency.png'}")
-    else:
-        print("no benchmarks/results/fairness.json: run python -m benchmarks.fairness_bench")
-    saturation = _load(args.results, "saturation.json")
-    if saturation is None:
-        from benchmarks.saturation_bench import sweep
+    parser.add_argument("--only", choices=PLOTS, help="draw this plot only")
+    args = parser.parse_args(argv)
+    chosen = PLOTS if args.only is None else (args.only,)
+    if "http" in chosen:
+        http = _load(args.results, "http.json")
+        if http is not None:
+            http_throughput(http, args.docs / "perf-http-throughput.png")
+            print(f"wrote {args.docs / 'perf-http-throughput.png'}")
+        else:
+            print("no benchmarks/results/http.json: run python -m benchmarks.http_bench")
+    if "mice" in chosen:
+        fairness = _load(args.results, "fairness.json")
+        if fairness is not None:
+            mice_latency(fairness, args.docs / "perf-mice-latency.png")
+            print(f"wrote {args.docs / 'perf-mice-latency.png'}")
+        else:
+            print("no benchmarks/results/fairness.json: run python -m benchmarks.fairness_bench")
+    if "engine" in chosen:
+        saturation = _load(args.results, "saturation.json")
+        if saturation is None:
+            from benchmarks.saturation_bench import sweep
 
-        print("no benchmarks/results/saturation.json: measuring a small grid")
-        saturation = sweep(n=5000, repeats=1, backlogs=(1000, 10_000), memory_counts=())
-    engine_cost(saturation, args.docs / "perf-engine-cost.png")
-    print(f"wrote {args.docs / 'perf-engine-cost.png'}")
+            print("no benchmarks/results/saturation.json: measuring a small grid")
+            saturation = sweep(n=5000, repeats=1, backlogs=(1000, 10_000), memory_counts=())
+        engine_cost(saturation, args.docs / "perf-engine-cost.png")
+        print(f"wrote {args.docs / 'perf-engine-cost.png'}")
+    if "adaptive" in chosen:
+        adaptive_limit(args.docs / "perf-adaptive.png")
+        print(f"wrote {args.docs / 'perf-adaptive.png'}")
 
 
 if __name__ == "__main__":
