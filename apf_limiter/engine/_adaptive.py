@@ -5,7 +5,7 @@ time and seats) and calls :meth:`AdaptiveLimit.update` on its housekeeping sched
 limit is then applied as a new ServerCL, so APF divides whatever total is current.
 
 The signal copes with APF's mixed traffic: levels have different service times, so each
-sample is compared with its own level's *baseline*, the lowest per-update 10th percentile of
+sample is compared with its own level's *baseline*, the lowest per-update 1st percentile of
 that level's execution times over ``baselineWindow``. The update's *latency ratio* is the
 seat-weighted mean of latency / baseline: about 1 while the backend keeps up, and growing with
 the excess in flight once it queues internally (processor sharing: latency ∝ in flight).
@@ -124,7 +124,7 @@ class AdaptiveLimit:
         self._samples = 0
         self._latencies: dict[str, list[float]] = {}
         self._seats: dict[str, list[int]] = {}
-        # Per level, (update time, that update's 10th percentile), over baselineWindow.
+        # Per level, (update time, that update's 1st percentile), over baselineWindow.
         self._floors: dict[str, deque[tuple[float, float]]] = {}
 
     def configure(self, settings: AdaptiveConcurrency) -> None:
@@ -169,7 +169,7 @@ class AdaptiveLimit:
             floors = self._floors.get(level)
             if floors is None:
                 floors = self._floors[level] = deque()
-            floors.append((now, _tenth_percentile(latencies)))
+            floors.append((now, _first_percentile(latencies)))
             while floors[0][0] <= horizon:
                 floors.popleft()
             baseline = min(floor for _, floor in floors)
@@ -197,7 +197,7 @@ class AdaptiveLimit:
         return applied
 
 
-def _tenth_percentile(values: list[float]) -> float:
+def _first_percentile(values: list[float]) -> float:
     return sorted(values)[len(values) // 100]
 
 
