@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +39,7 @@ from apf_limiter.asgi import APFMiddleware
 from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 from benchmarks import bench_app
 from benchmarks.bench_app import build_info
+from benchmarks.callgrind import instructions_per_operation
 from benchmarks.http_bench import machine
 from benchmarks.result_file import write_result
 
@@ -212,38 +210,16 @@ def _time_rounds(
     return asyncio.run(measure())
 
 
-def _callgrind_total(variant: str, protocol: str, requests: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={tmp}/out",
-                sys.executable,
-                "-m",
-                "benchmarks.http_instructions",
-                "--serve",
-                variant,
-                "--protocol",
-                protocol,
-                "--requests",
-                str(requests),
-            ],
-            cwd=Path(__file__).resolve().parent.parent,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if done.returncode != 0 or found is None:
-        raise RuntimeError(f"callgrind run failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return int(found.group(1))
-
-
 def run_variant(variant: str, protocol: str, short: int, long: int) -> float:
     """Instructions per request of ``variant`` (difference of a long and a short run)."""
-    extra = _callgrind_total(variant, protocol, long) - _callgrind_total(variant, protocol, short)
-    return extra / (long - short)
+    command = [sys.executable, "-m", "benchmarks.http_instructions", "--serve", variant]
+    return instructions_per_operation(
+        [*command, "--protocol", protocol],
+        "--requests",
+        short,
+        long,
+        Path(__file__).resolve().parent.parent,
+    )
 
 
 def _ratios(values: dict[str, float], higher_is_better: bool) -> dict[str, float]:

@@ -28,6 +28,10 @@ Two measurements, each against ``bare`` in the same interleaved rounds:
 * **loopback**: uvicorn servers (h11, one worker each), loaded in turn with ``wrk`` when
   installed, else :mod:`benchmarks.loadgen`'s Python generator; a **throughput ratio** to
   bare, per round.
+
+With ``--instructions`` (needs valgrind), also **instructions per request** of bare, apf and
+the engine fast path, per build (:mod:`benchmarks.callgrind`): the middleware's own cost
+counted, which no noise moves.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ from apf_limiter.asgi._identity import build_digest
 from apf_limiter.asgi._types import ASGIApp, Message
 from benchmarks import bench_app, peer_apps
 from benchmarks.bench_app import build_info
+from benchmarks.callgrind import available as callgrind_available
+from benchmarks.callgrind import instructions_per_operation
 from benchmarks.http_bench import _quantiles, machine
 from benchmarks.loadgen import generator_ceiling, run_load, wrk_path
 from benchmarks.result_file import write_result
@@ -172,6 +178,45 @@ async def _worker(variants: list[str], requests: int) -> None:
         order = variants[index % len(variants) :] + variants[: index % len(variants)]
         times = {name: await drivers[name].run(requests) for name in order}
         print(json.dumps(times), flush=True)
+
+
+async def _count(variant: str, requests: int) -> None:
+    # A child of instructions(), run under callgrind: a warm-up, then ``requests`` requests.
+    driver = EngineFastPath() if variant == ENGINE else InProcess(IN_PROCESS[variant]())
+    await driver.run(200)
+    await driver.run(requests)
+
+
+def instructions(cwd: Path, *, short: int, long: int) -> dict[str, Any]:
+    """Instructions per request of bare and apf, and of the engine fast path, under callgrind.
+
+    Deterministic, unlike the time: the middleware's own cost as ``apf - bare - engine``, and
+    its ratio to the engine fast path.
+
+    Args:
+        cwd: Where the children run: the repository (pure Python) or a compiled overlay.
+        short: Requests in the short run.
+        long: Requests in the long run.
+    """
+    counts = {
+        name: instructions_per_operation(
+            [sys.executable, "-m", "benchmarks.peers", "--count", name],
+            "--requests",
+            short,
+            long,
+            cwd,
+        )
+        for name in ("bare", "apf", ENGINE)
+    }
+    added = counts["apf"] - counts["bare"]
+    own = added - counts[ENGINE]
+    return {
+        "requests": [short, long],
+        "per_request": counts,
+        "apf_added": added,
+        "own": own,
+        "own_to_engine": own / counts[ENGINE],
+    }
 
 
 class _Child:
@@ -389,6 +434,13 @@ def report(result: dict[str, Any]) -> str:
             f"{glue['median']:.2f} µs = {ratio['median']:.2f}× the engine "
             f"[{ratio['min']:.2f}–{ratio['max']:.2f}]"
         )
+    for build, counted in result.get("instructions", {}).items():
+        per = counted["per_request"]
+        lines.append(
+            f"instructions, {build}: bare {per['bare']:,.0f}, apf {per['apf']:,.0f} per request; "
+            f"engine fast path {per[ENGINE]:,.0f}; the middleware's own "
+            f"{counted['own']:,.0f} = {counted['own_to_engine']:.2f}× the engine"
+        )
     lines += [f"Note: {note}" for note in result["notes"]]
     return "\n".join(lines)
 
@@ -399,6 +451,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # an in-process child
+    parser.add_argument("--count", help=argparse.SUPPRESS)  # a child under callgrind
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per request under callgrind (bare, apf, engine)",
+    )
     parser.add_argument("--rounds", type=int, default=15, help="in-process rounds")
     parser.add_argument("--requests", type=int, default=2000, help="requests per in-process round")
     parser.add_argument("--loopback-rounds", type=int, default=8, help="loopback rounds")
@@ -417,6 +475,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.worker:
         asyncio.run(_worker(args.worker.split(","), args.requests))
+        return {}
+    if args.count:
+        asyncio.run(_count(args.count, args.requests))
         return {}
     if args.quick:
         args.rounds, args.requests = 2, 300
@@ -456,6 +517,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             generator=generator,
             compiled=compiled,
         )
+    if args.instructions:
+        if not callgrind_available():
+            notes.append("valgrind is not installed: no instruction counts")
+        else:
+            short, long = (100, 300) if args.quick else (1000, 3000)
+            counted = {"pure": instructions(REPO_ROOT, short=short, long=long)}
+            if compiled is not None:
+                with compiled_overlay(compiled) as cwd:
+                    counted["compiled"] = instructions(cwd, short=short, long=long)
+            result["instructions"] = counted
     print(report(result))
     write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)
     return result
