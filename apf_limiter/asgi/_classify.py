@@ -14,7 +14,7 @@ from typing import Any
 
 from apf_limiter._digest import RequestDigest
 from apf_limiter._warn_once import WarnOnce
-from apf_limiter.asgi._identity import build_digest
+from apf_limiter.asgi._identity import build_digest, default_identify
 from apf_limiter.asgi._mistakes import (
     CHECK_ALL,
     CHECK_EVERY,
@@ -58,6 +58,7 @@ class Classifier:
 
     __slots__ = (
         "_identify",
+        "_default_identity",
         "_resolve",
         "_estimate",
         "_long_running",
@@ -79,6 +80,8 @@ class Classifier:
         warn: WarnOnce | None = None,
     ) -> None:
         self._identify = identify
+        # The default identity of a request without scope["user"] is anonymous: no call.
+        self._default_identity = identify is default_identify
         self._warn = warn
         # Anonymous requests until the next check for credentials; 0: no more checks.
         self._countdown = 0 if warn is None else 1
@@ -97,7 +100,9 @@ class Classifier:
         hooks, the common case): a coroutine per request would cost more than the rest of it.
         """
         # Typed as object: the checks below give the useful error for a wrong return type.
-        identity: Any = self._identify(scope)
+        identity: Any = (
+            None if self._default_identity and "user" not in scope else self._identify(scope)
+        )
         # Test the common (synchronous) outcomes first: isawaitable() is comparatively slow.
         if identity is None:
             countdown = self._countdown

@@ -169,6 +169,16 @@ def build_digest(
     method = _METHODS.get(raw_method) or raw_method.lower()
     client = peer[0] if peer else ""
     headers = ScopeHeaders(scope.get("headers") or ())
+    path: str = scope["path"]
+    if "/." in path or scope.get("root_path"):  # else the path is the route path already
+        path = remove_dot_segments(route_path(scope))
+    # fill_digest, not RequestDigest(...): this runs for every request, and the constructor's
+    # keyword arguments and checks (groups is a tuple already) cost more than the rest.
+    if resource is None and estimate is None:  # the common case: no resource, 1 seat
+        return fill_digest(
+            RequestDigest, user, groups, method, path, "", "", "", "", "", client, headers,
+            None, 0, 0.0,
+        )  # fmt: skip
     if estimate is None:
         seats, final_seats, latency = None, 0, 0.0
     else:
@@ -189,11 +199,6 @@ def build_digest(
         )
         api_group, kind = resource.api_group, resource.resource
         subresource, namespace, name = resource.subresource, resource.namespace, resource.name
-    path: str = scope["path"]
-    if "/." in path or scope.get("root_path"):  # else the path is the route path already
-        path = remove_dot_segments(route_path(scope))
-    # fill_digest, not RequestDigest(...): this runs for every request, and the constructor's
-    # keyword arguments and checks (groups is a tuple already) cost more than the rest.
     return fill_digest(
         RequestDigest,
         user,
