@@ -1,7 +1,8 @@
 """Instructions per operation under ``valgrind --tool=callgrind``: deterministic costs.
 
 On these noisy shared cores a time ratio moves by tens of percent between rounds; an
-instruction count does not move at all for the same build, inputs and environment. A
+instruction count does not move at all for the same build, inputs and environment (the hash
+seed fixed, here, so that string hashing lays dicts out the same way every run). A
 command is run twice under callgrind, doing ``short`` and ``long`` operations after the same
 start-up, and the difference of the two totals divided by ``long - short`` is the count per
 operation (start-up, imports and warm-up cancel out).
@@ -9,6 +10,7 @@ operation (start-up, imports and warm-up cancel out).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -33,6 +35,9 @@ def total_instructions(command: list[str], cwd: Path) -> int:
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *command],
             cwd=cwd,
+            # A fixed hash seed: string hashes decide dict and set layouts, and with them a
+            # few thousand instructions per run.
+            env={**os.environ, "PYTHONHASHSEED": "0"},
             capture_output=True,
             text=True,
             check=False,
