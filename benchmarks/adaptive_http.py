@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the interleaved rounds, print them, write the result file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=60)
-    parser.add_argument("--duration", type=float, default=45.0, help="seconds per run")
+    parser.add_argument("--duration", type=float, default=40.0, help="seconds per run")
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds left out of the p99")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument(

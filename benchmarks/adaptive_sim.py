@@ -183,6 +183,8 @@ class Run:
             many ``api`` requests in flight, beside open-loop mice (each its own user) at
             ``load``; recorded as levels ``elephant`` and ``mouse``.
         fifo: A FIFO :class:`asyncio.Semaphore` of this many slots instead of the limiter.
+        exponential: Each request's work drawn from an exponential distribution around its
+            level's mean instead of ±10% around it (service times spread widely).
     """
 
     capacity: tuple[tuple[float, float], ...]
@@ -193,6 +195,7 @@ class Run:
     seed: int = 1
     elephant: int = 0
     fifo: int = 0
+    exponential: bool = False
 
 
 async def _simulate(run: Run) -> Result:
@@ -232,7 +235,9 @@ async def _simulate(run: Run) -> Result:
         while True:
             await clock.sleep(stream.expovariate(rate))
             level, work = _pick(mixed, stream.random())
-            noisy = work * stream.uniform(0.9, 1.1)
+            noisy = work * (
+                stream.expovariate(1.0) if run.exponential else stream.uniform(0.9, 1.1)
+            )
             user = stream.randrange(1_000_000 if run.elephant else 20)
             task = asyncio.create_task(request(level, noisy, user))
             spawned.add(task)

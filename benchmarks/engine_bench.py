@@ -10,6 +10,8 @@ Run: ``.venv/bin/python -m benchmarks.engine_bench`` (``--quick`` for a short ru
 2. Saturated admit with queueing, then dispatch: :func:`saturated_level` builds the level;
    :mod:`benchmarks.saturation_bench` measures the grid of queues, flows and backlogs.
 3. Memory per queued request (tracemalloc), engine only and through the async shell.
+4. With ``--instructions`` (needs valgrind): the fast path counted under callgrind, per
+   admission and per semaphore round (deterministic, unlike the time).
 
 The results go to ``benchmarks/results/engine.json`` (``--out`` to choose another file).
 """
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import gc
 import statistics
+import sys
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -33,12 +36,15 @@ from apf_limiter.config._sources import load_config
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._request import RequestState
 from benchmarks.bench_app import build_info
+from benchmarks.callgrind import available as callgrind_available
+from benchmarks.callgrind import instructions_per_operation
 from benchmarks.interleave import interleaved_samples, median_ratio, run_fast_path
 from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT
 
 __all__ = [
     "USER",
+    "counted_fast_path",
     "fast_path",
     "level_config",
     "main",
@@ -298,12 +304,50 @@ def memory_per_queued_request(count: int) -> tuple[float, float]:
     return engine, asyncio.run(shell())
 
 
+async def _count(variant: str, n: int) -> None:
+    # A child of counted_fast_path(), under callgrind: a warm-up, then n admissions.
+    semaphore = asyncio.Semaphore(10)
+    limiter = Limiter(hash_seed=1)
+    for _ in range(200 + n):
+        if variant == SEMAPHORE:
+            async with semaphore:
+                pass
+        else:
+            async with limiter.admit(USER):
+                pass
+
+
+def counted_fast_path(short: int = 2_000, long: int = 6_000) -> dict[str, float]:
+    """Instructions per fast-path admission (built-in configuration) and per semaphore round.
+
+    Under callgrind (:mod:`benchmarks.callgrind`), in this directory: run from a compiled tree
+    to count the compiled build.
+    """
+    command = [sys.executable, "-m", "benchmarks.engine_bench", "--count"]
+    counts = {
+        name: instructions_per_operation([*command, name], "--n", short, long, Path.cwd())
+        for name in (SEMAPHORE, "default config")
+    }
+    counts["ratio"] = counts["default config"] / counts[SEMAPHORE]
+    return counts
+
+
 def main() -> None:
     """Run the benchmarks, print a report and write the JSON file."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short run (for smoke tests)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result file")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count the fast path's instructions under callgrind (needs valgrind)",
+    )
+    parser.add_argument("--count", help=argparse.SUPPRESS)  # a child under callgrind
+    parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.count:
+        asyncio.run(_count(args.count, args.n))
+        return
     info = build_info()
     print(f"apf_limiter build: {info['build']} ({info['queueset_file']})")
 
@@ -324,6 +368,13 @@ def main() -> None:
         **timed,
         "memory": {"queued": count, "engine_bytes": engine, "shell_bytes": shell},
     }
+    if args.instructions and callgrind_available():
+        counted = counted_fast_path()
+        print(
+            f"4. Counted: {counted['default config']:,.0f} instructions per admission, "
+            f"{counted[SEMAPHORE]:,.0f} per semaphore round: {counted['ratio']:.2f}x"
+        )
+        result["instructions"] = counted
     write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)
 
 

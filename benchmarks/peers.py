@@ -187,7 +187,7 @@ async def _count(variant: str, requests: int) -> None:
     await driver.run(requests)
 
 
-def instructions(cwd: Path, *, short: int, long: int) -> dict[str, Any]:
+def instructions(cwd: Path, build: str, *, short: int, long: int) -> dict[str, Any]:
     """Instructions per request of bare and apf, and of the engine fast path, under callgrind.
 
     Deterministic, unlike the time: the middleware's own cost as ``apf - bare - engine``, and
@@ -195,9 +195,23 @@ def instructions(cwd: Path, *, short: int, long: int) -> dict[str, Any]:
 
     Args:
         cwd: Where the children run: the repository (pure Python) or a compiled overlay.
+        build: The build the children must import there (``pure Python`` or ``compiled``).
         short: Requests in the short run.
         long: Requests in the long run.
+
+    Raises:
+        RuntimeError: If a child in ``cwd`` imports another build.
     """
+    probe = (
+        "import json; from benchmarks.bench_app import build_info; print(json.dumps(build_info()))"
+    )
+    info = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    if info["build"] != build:
+        raise RuntimeError(f"expected the {build} build in {cwd}, a child imported {info}")
     counts = {
         name: instructions_per_operation(
             [sys.executable, "-m", "benchmarks.peers", "--count", name],
@@ -211,6 +225,7 @@ def instructions(cwd: Path, *, short: int, long: int) -> dict[str, Any]:
     added = counts["apf"] - counts["bare"]
     own = added - counts[ENGINE]
     return {
+        "build": info,
         "requests": [short, long],
         "per_request": counts,
         "apf_added": added,
@@ -490,7 +505,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         notes.append("slowapi is not installed (the bench extra has it): slowapi variants skipped")
         variants = [v for v in variants if v not in _SLOWAPI]
     compiled: Path | None = args.compiled.resolve()
-    missing = compiled_tree(args.compiled) if "apf-compiled" in variants else None
+    wants_compiled = "apf-compiled" in variants or args.instructions
+    missing = compiled_tree(args.compiled) if wants_compiled else None
     if missing is not None:
         notes.append(missing)
         variants, compiled = [v for v in variants if v != "apf-compiled"], None
@@ -522,10 +538,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             notes.append("valgrind is not installed: no instruction counts")
         else:
             short, long = (100, 300) if args.quick else (1000, 3000)
-            counted = {"pure": instructions(REPO_ROOT, short=short, long=long)}
+            here = build_info()["build"]
+            counted = {"pure": instructions(REPO_ROOT, here, short=short, long=long)}
             if compiled is not None:
                 with compiled_overlay(compiled) as cwd:
-                    counted["compiled"] = instructions(cwd, short=short, long=long)
+                    counted["compiled"] = instructions(cwd, "compiled", short=short, long=long)
             result["instructions"] = counted
     print(report(result))
     write_result(result, args.out, default=DEFAULT_OUT, quick=args.quick)

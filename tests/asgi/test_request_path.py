@@ -12,16 +12,19 @@ from typing import Any
 
 import pytest
 from starlette.applications import Starlette
+from starlette.authentication import SimpleUser, UnauthenticatedUser
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from apf_limiter import Limiter
 from apf_limiter.asgi import APFMiddleware, RouteOptions, _options, route_options
 from apf_limiter.asgi._classify import Classifier
-from apf_limiter.asgi._identity import default_identify
+from apf_limiter.asgi._identity import default_identify, remove_dot_segments, route_path
 from apf_limiter.asgi._routes import RouteLookup
 from apf_limiter.asgi._types import Receive, Scope, Send
-from tests.asgi.driver import http_scope, websocket_scope
+from apf_limiter.testing import FakeClock
+from tests.asgi.driver import Driver, http_scope, websocket_scope
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,3 +128,59 @@ async def test_an_endpoint_marked_after_the_middleware_was_built_is_found() -> N
     assert isinstance(plain, tuple)
     assert plain[0].seats is None
     middleware.limiter.close()
+
+
+@pytest.mark.usefixtures("nothing_marked")
+def test_the_fast_digest_path_is_the_route_path_without_dot_segments() -> None:
+    app = _CountingRoutes([])
+    fast = _classifier(app)
+    for scope in _scopes(app):
+        classified = fast.classify(scope)
+        assert isinstance(classified, tuple)
+        assert classified[0].path == remove_dot_segments(route_path(scope))
+
+
+@pytest.mark.parametrize(
+    "user", [None, UnauthenticatedUser(), "absent"], ids=["None", "unauthenticated", "absent"]
+)
+def test_requests_without_an_authenticated_user_are_anonymous(user: object) -> None:
+    scope = http_scope("/x")
+    if user != "absent":
+        scope["user"] = user
+    classified = _classifier(_CountingRoutes([])).classify(scope)
+    assert isinstance(classified, tuple)
+    assert (classified[0].user, classified[0].groups) == (
+        "system:anonymous",
+        ("system:unauthenticated",),
+    )
+    authenticated = {**scope, "user": SimpleUser("alice")}
+    classified = _classifier(_CountingRoutes([])).classify(authenticated)
+    assert isinstance(classified, tuple)
+    assert classified[0].user == "alice"
+
+
+@pytest.mark.parametrize("message_type", ["http.response.zerocopysend", "http.response.pathsend"])
+async def test_the_seats_come_back_at_the_last_zerocopysend_or_pathsend(message_type: str) -> None:
+    limiter = Limiter(clock=FakeClock())
+    seats: list[int] = []
+
+    def held() -> None:
+        seats.append(limiter.statistics().executing_seats)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        held()  # 1: held until the response's last message
+        if message_type == "http.response.pathsend":
+            await send({"type": message_type, "path": "/dev/null"})
+        else:
+            await send({"type": message_type, "file": None, "more_body": True})
+            held()  # 1: more to come
+            await send({"type": message_type, "file": None, "more_body": False})
+        held()  # 0: given back with the last message, before the app returns
+
+    driver = Driver({"type": "http.request", "body": b"", "more_body": False})
+    await APFMiddleware(app, limiter=limiter)(http_scope("/file"), driver.receive, driver.send)
+    expected = [1, 0] if message_type == "http.response.pathsend" else [1, 1, 0]
+    assert seats == expected
+    assert [m["type"] for m in driver.sent][-1] == message_type
+    limiter.close()
