@@ -119,7 +119,7 @@ def test_every_worker_reports_the_whole_process_group(server: str) -> None:
         _wait_for_both_workers(scraper, server)
         served: set[str] = set()
         sent = 0
-        while len(served) < 2 and sent < 3 * BATCH:  # until both workers have served some
+        while len(served) < 2 and sent < 10 * BATCH:  # until both workers have served some
             served |= asyncio.run(_load(server, BATCH))
             sent += BATCH
         assert len(served) == 2, "both workers should have served some of the load"
@@ -139,7 +139,10 @@ def _check_scrapes(scraper: httpx.Client, server: str, sent: int) -> None:
         assert time.monotonic() < deadline, "the workers' counts never added up"
         time.sleep(0.1)
     answered: set[str] = set()
-    for _ in range(10):
+    # Until both workers have answered (bounded): which worker accepts a connection is the
+    # kernel's and the scheduler's choice, and on a loaded machine one may take dozens in a row.
+    give_up = time.monotonic() + 30
+    while time.monotonic() < give_up:
         # Scrapes at once, each on its own connection: a worker busy with one leaves the next
         # connection to the other.
         for pid, text in asyncio.run(_scrape_at_once(server, 6)):
