@@ -1,12 +1,12 @@
-"""A known limitation of the adaptive limit, measured: service times spread widely in a level.
+"""The adaptive limit with service times spread widely in a level, measured.
 
-The latency ratio is the seat-weighted mean of execution time over a baseline that is a low
-percentile of it (``apf_limiter/engine/_adaptive.py``). With the simulator's ±10% work that
-mean sits ~1.1 × the baseline while the backend keeps up; with work drawn from an exponential
-distribution it sits many times over it, the ratio reads as congestion, and the limit falls to
-``minLimit``. This runs the criteria-(a) setting (:mod:`benchmarks.adaptive_bench`: C = 20,
-1.2 × load, two levels) from 10 × C and from C / 5 with both kinds of work, Gradient and AIMD,
-and reports the limit and the throughput over the last minute of two.
+The latency ratio compares each level's mean execution time with a baseline of the same mean
+(``apf_limiter/engine/_adaptive.py``), so exponentially distributed work reads ~1 while the
+backend keeps up, as ±10% work does; the former signal (the mean over a low percentile) read
+it as congestion and the limit fell to ``minLimit``. This runs the criteria-(a) setting
+(:mod:`benchmarks.adaptive_bench`: C = 20, 1.2 × load, two levels) from 10 × C and from
+C / 5 with both kinds of work, Gradient and AIMD, and reports the limit and the throughput
+over the last minute of two.
 
 ``python -m benchmarks.adaptive_spread`` prints the table and writes
 ``benchmarks/results/adaptive_spread.json``. See docs/adaptive.md, "Failure modes".

@@ -246,11 +246,15 @@ class AdaptiveConcurrency:
         initial_limit: Where learning starts; ``None``: ``serverConcurrencyLimit`` (clamped).
         algorithm: ``"Gradient"`` or ``"AIMD"``.
         update_interval: Seconds between updates of the limit (at most one change each).
-        tolerance: Latency over its baseline (a ratio) still taken as healthy.
+        tolerance: Latency over its baseline (a ratio) still taken as healthy. The ratio
+            compares a level's mean with a baseline of the same mean, so it sits at ~1 while
+            the backend keeps up: 1.2 settles about 1.2 × the knee (what 1.3 did over the
+            ~1.1 noise floor of the former low-percentile baseline).
         smoothing: Fraction of the way to its new target the limit moves per update
             (``Gradient``); ``AIMD`` adds ``smoothing`` × √limit when healthy.
         backoff: ``AIMD``'s multiplier when latency is over ``tolerance``.
-        baseline_window: Seconds over which each level's baseline latency is the lowest seen.
+        baseline_window: Seconds over which the evidence pooled into each level's baseline
+            latency fades.
     """
 
     min_limit: int = 1
@@ -258,7 +262,7 @@ class AdaptiveConcurrency:
     initial_limit: int | None = None
     algorithm: str = DEFAULT_ADAPTIVE_ALGORITHM
     update_interval: float = 1.0
-    tolerance: float = 1.3
+    tolerance: float = 1.2
     smoothing: float = 0.3
     backoff: float = 0.9
     baseline_window: float = 300.0

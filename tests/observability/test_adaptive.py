@@ -68,8 +68,8 @@ async def test_the_metrics_follow_the_learned_limit_at_each_scrape() -> None:
     await clock.advance_to(0.95)
     await wave(limiter, clock, 30, 0.1)
     grown = scrape(registry)
-    assert grown["adaptive_applied_limit_seats"] == 13.0
-    assert grown["adaptive_limit_seats"] == pytest.approx(13.0)
+    assert grown["adaptive_applied_limit_seats"] == 12.0
+    assert grown["adaptive_limit_seats"] == pytest.approx(12.0)
     assert grown["adaptive_updates_total"] == 1.0
     assert grown["adaptive_latency_ratio"] == pytest.approx(1.0)
     assert grown["baseline"] == pytest.approx(0.1)
@@ -79,7 +79,7 @@ async def test_the_metrics_follow_the_learned_limit_at_each_scrape() -> None:
         await wave(limiter, clock, 30, 0.4)
     adaptive = limiter.adaptive_concurrency
     assert adaptive is not None
-    assert adaptive.applied_limit < 13
+    assert adaptive.applied_limit < 12
     assert scrape(registry) == {
         "adaptive_limit_seats": adaptive.limit,
         "adaptive_applied_limit_seats": adaptive.applied_limit,
@@ -119,7 +119,7 @@ async def test_the_dashboard_feed_carries_the_adaptive_limit_only_when_on() -> N
     assert feed["adaptive"] == {
         "algorithm": "Gradient",
         "limit": adaptive.limit,
-        "applied_limit": 13,
+        "applied_limit": 12,
         "min_limit": 2,
         "max_limit": 40,
         "baselines": {"test": pytest.approx(0.1)},
@@ -127,7 +127,7 @@ async def test_the_dashboard_feed_carries_the_adaptive_limit_only_when_on() -> N
         "last_latency": pytest.approx(0.1),
         "updates": 1,
     }
-    assert feed["server_concurrency_limit"] == 13
+    assert feed["server_concurrency_limit"] == 12
 
 
 def test_adaptive_md_lists_every_adaptive_metric() -> None:

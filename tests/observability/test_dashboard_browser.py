@@ -338,7 +338,7 @@ def test_a_shadow_level_has_a_banner_and_would_be_columns(chromium: str, tmp_pat
 
 
 def test_the_adaptive_limit_has_a_panel_and_a_sparkline(chromium: str, tmp_path: Path) -> None:
-    # Learned in fake time first (the first update grows 10 to 13), then served: the page
+    # Learned in fake time first (the first update grows 10 to 12), then served: the page
     # only reads, so the limit stays put while it polls.
     clock = FakeClock()
     limiter = Limiter(adaptive_config(), clock=clock)
@@ -350,7 +350,7 @@ def test_the_adaptive_limit_has_a_panel_and_a_sparkline(chromium: str, tmp_path:
 
     asyncio.run(learn())
     adaptive = limiter.adaptive_concurrency
-    assert adaptive is not None and adaptive.applied_limit == 13
+    assert adaptive is not None and adaptive.applied_limit == 12
     app = Starlette(routes=[Mount(DEBUG_PREFIX, app=debug_app(limiter, authorize=allow_local))])
     with serve(app) as port:
         html = run_chromium(
@@ -369,13 +369,13 @@ def test_the_adaptive_limit_has_a_panel_and_a_sparkline(chromium: str, tmp_path:
     } == {
         "algorithm": "Gradient",
         "limit": f"{adaptive.limit:.1f}",
-        "applied": "13",
+        "applied": "12",
         "bounds": "2\u201340",
         "ratio": f"{adaptive.last_ratio:.2f}",
         "updates": "1",
         "baselines": "test 100.0 ms",
     }
-    assert dom.ids["server_limit"] == "13"
+    assert dom.ids["server_limit"] == "12"
     # One point per poll, on both lines; the limit did not move, so the line is flat.
     samples = int(dom.attributes["adaptive_spark"]["data-samples"] or "0")
     assert samples >= 1
