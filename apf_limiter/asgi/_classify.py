@@ -64,7 +64,6 @@ class Classifier:
         "_long_running",
         "_more_hooks",
         "_routes",
-        "_patterns",
         "_warn",
         "_countdown",
         "_checked",
@@ -91,7 +90,6 @@ class Classifier:
         self._long_running = long_running
         self._more_hooks = resolve is not None or estimate is not None or long_running is not None
         self._routes = routes
-        self._patterns = routes.patterns  # fixed; marked endpoints are counted per request
 
     def classify(self, scope: Scope) -> Classified | Coroutine[Any, Any, Classified]:
         """Digest, long-running flag and route deadline (or a coroutine, when a hook awaits).
@@ -117,10 +115,15 @@ class Classifier:
             _check_identity(identity)
         if self._more_hooks:
             return self._classify_awaiting(scope, identity)
-        if self._patterns or MARKED_ENDPOINTS[0]:
-            return self._classified(scope, identity, None, None, None)
-        # No route settings anywhere (RouteLookup.idle, inlined): nothing to look up.
-        return build_digest(scope, identity, None, None), scope["type"] == "websocket", None, None
+        if not self._routes.patterns and not MARKED_ENDPOINTS[0]:
+            # No route settings anywhere (yet): nothing to look up.
+            return (
+                build_digest(scope, identity, None, None),
+                scope["type"] == "websocket",
+                None,
+                None,
+            )
+        return self._classified(scope, identity, None, None, None)
 
     def _watch_anonymous(self, scope: Scope) -> None:
         """An anonymous request, by the default identity: does it carry credentials?"""

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from apf_limiter.asgi._identity import route_path
-from apf_limiter.asgi._options import MARKED_ENDPOINTS, ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
+from apf_limiter.asgi._options import ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
 from apf_limiter.asgi._types import Scope
 from apf_limiter.engine._rules import non_resource_url_matches
 
@@ -53,7 +53,7 @@ class RouteLookup:
         TypeError: If a value is not a :class:`RouteOptions`.
     """
 
-    __slots__ = ("_paths", "_apps", "_wrapped")
+    __slots__ = ("_paths", "_apps", "_wrapped", "patterns")
 
     def __init__(self, paths: Mapping[str, RouteOptions] | None = None, app: object = None) -> None:
         self._wrapped = _routed_app(app)
@@ -66,21 +66,11 @@ class RouteLookup:
         # Longest first, so the most specific pattern wins; "*" (length 1) comes last.
         items.sort(key=lambda item: (item[0] == "*", -len(item[0])))
         self._paths: tuple[tuple[str, RouteOptions], ...] = tuple(items)
+        #: Whether there are path patterns: with none, and no endpoint marked in the process
+        #: (``MARKED_ENDPOINTS``), no lookup can find anything, and the middleware makes none.
+        self.patterns = bool(items)
         # id(app) -> (app, number of routes when scanned, whether any endpoint is marked).
         self._apps: dict[int, tuple[object, int, bool]] = {}
-
-    @property
-    def patterns(self) -> bool:
-        """Whether there are path patterns."""
-        return bool(self._paths)
-
-    @property
-    def idle(self) -> bool:
-        """Whether a lookup finds nothing now: no path patterns, and no endpoint marked yet.
-
-        Read per request (an endpoint marked later makes it ``False`` from then on).
-        """
-        return not self._paths and not MARKED_ENDPOINTS[0]
 
     def lookup(self, scope: Scope) -> tuple[RouteOptions, object] | None:
         """The options of the request of ``scope`` and where they come from, or ``None``.
