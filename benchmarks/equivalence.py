@@ -306,8 +306,15 @@ async def _observability() -> dict[str, Any]:
             ("top_flows", dump_top_flows(limiter)),
             ("top_flows_hashed", dump_top_flows(limiter, hash_distinguishers=b"k")),
         ):
-            out[f"{tag}/{name}/text"] = dump.text()
-            out[f"{tag}/{name}/json"] = dump.json_rows()
+            text, rows = dump.text(), dump.json_rows()
+            if name.startswith("requests"):
+                # Requests that started at the same instant are listed in the order of a set of
+                # objects (by address): compare these dumps as sets of rows.
+                header, *lines = text.splitlines()
+                text = "\n".join([header, *sorted(lines)])
+                rows = sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
+            out[f"{tag}/{name}/text"] = text
+            out[f"{tag}/{name}/json"] = rows
         out[f"{tag}/dashboard"] = dashboard_feed(limiter)
         if registry is not None:
             out[f"{tag}/scrape"] = generate_latest(registry).decode()
