@@ -166,7 +166,7 @@ async def test_a_websocket_never_accepted_meets_its_deadline(denial: bool) -> No
         connected.set()
         await asyncio.Event().wait()  # never accepts
 
-    extensions = {"websocket.http.response": {}} if denial else {}
+    extensions: dict[str, Any] = {"websocket.http.response": {}} if denial else {}
     driver = Driver({"type": "websocket.connect"})
     middleware = APFMiddleware(app, **options)
     scope = websocket_scope(extensions=extensions)
