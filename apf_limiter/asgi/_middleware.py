@@ -7,9 +7,8 @@ never waits, so a request that finds free seats costs no event-loop round trip a
 ``receive``; only a request that has to queue gets a helper task watching for its client to
 disconnect (:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the
 response body is complete; long-running ones (WebSockets, marked routes) give them back once the
-response has started or the socket is accepted. Every request has a deadline and, with an HTTP
-body, a minimum body data rate (:mod:`apf_limiter.asgi._deadline`): until its response starts
-(or its socket is accepted) if it is long-running or a WebSocket, else until it ends. At a
+response has started or the socket is accepted, and only until then have a deadline and a
+minimum body rate, which bind every other request (:mod:`apf_limiter.asgi._deadline`). At a
 priority level in shadow mode admission never holds nor rejects: the request runs at once, and
 ``shadow_header=`` tells its would-be outcome (:mod:`apf_limiter.asgi._shadow`). Wiring mistakes
 seen in requests are warned about once each (:mod:`apf_limiter.asgi._mistakes`).
@@ -118,9 +117,8 @@ class APFMiddleware:
             it, no queued request reads (nor watches for a disconnect).
         request_timeout: Seconds from arrival (queue wait included) after which a request
             is cancelled, its seats returned, and answered 504 (or its response aborted if it
-            started); a long-running request or a WebSocket only until its response starts
-            (or it is accepted). ``None``: no deadline. Kubernetes'
-            ``--request-timeout`` is 60 s. A route's ``request_timeout`` comes first.
+            started); a long-running one (a WebSocket) only until it starts (is accepted).
+            ``None``: none. Kubernetes' ``--request-timeout`` is 60 s; a route's comes first.
         request_timeout_by_level: Deadlines by priority-level name (``None``: none), before
             ``request_timeout``.
         min_body_rate: Bytes per second a request body must keep up with, after
@@ -259,12 +257,9 @@ class APFMiddleware:
             return
         if digest.seats is not None and seats_clamped(digest, admission):
             warn_clamped(self._warn, scope, source, digest, admission)
-        # Every request is tracked until its response starts: a long-running one (and a
-        # WebSocket) is exempt only from then on, else it could hold its seats for good
-        # before it starts, uploading at a byte a second or polling forever.
-        deadlines = self._deadlines
+        # Tracked until the response starts even if long-running: it holds seats until then.
         try:
-            expiry = deadlines.track(admission, scope, receive, timeout)
+            expiry = self._deadlines.track(admission, scope, receive, timeout)
         except BaseException:
             admission.release(ran=False)  # no event loop it knows, say: the seats go back
             raise
