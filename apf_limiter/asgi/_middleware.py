@@ -3,18 +3,18 @@
 Per request (``http`` and ``websocket`` scopes): build a digest (identity, path or resource,
 work estimate), admit it through the :class:`~apf_limiter.Limiter`, then run the application
 holding the seats, or answer 429. The admission is started with ``Admission.start()``, which
-never waits, so a request that finds free seats costs no event-loop round trip and never
-touches ``receive``; only a request that has to queue gets a helper task watching for its
-client to disconnect
-(:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the response body
-is complete; long-running ones (WebSockets, marked routes) give them back once the response has
-started or the socket is accepted. Every other HTTP request has a deadline and, with a body, a
-minimum body data rate (:mod:`apf_limiter.asgi._deadline`). At a priority level in shadow mode
-admission never holds nor rejects: the request runs at once, and ``shadow_header=`` tells its
-would-be outcome (:mod:`apf_limiter.asgi._shadow`). Wiring mistakes seen in requests are
-warned about once each (:mod:`apf_limiter.asgi._mistakes`). ``max_long_running=`` caps the
-open long-running requests of each flow schema (:mod:`apf_limiter.asgi._long_running`);
-``queue_wait_header=`` tells admitted requests' queue wait. ``lifespan`` passes through.
+never waits, so a request that finds free seats costs no event-loop round trip and never touches
+``receive``; only a request that has to queue gets a helper task watching for its client to
+disconnect (:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the
+response body is complete; long-running ones (WebSockets, marked routes) give them back once the
+response has started or the socket is accepted, and only until then have a deadline and a
+minimum body rate, which bind every other request (:mod:`apf_limiter.asgi._deadline`). At a
+priority level in shadow mode admission never holds nor rejects: the request runs at once, and
+``shadow_header=`` tells its would-be outcome (:mod:`apf_limiter.asgi._shadow`). Wiring mistakes
+seen in requests are warned about once each (:mod:`apf_limiter.asgi._mistakes`).
+``max_long_running=`` caps the open long-running requests of each flow schema
+(:mod:`apf_limiter.asgi._long_running`); ``queue_wait_header=`` tells admitted requests' queue
+wait. ``lifespan`` passes through.
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ class APFMiddleware:
         max_total_body_buffer: Bytes kept by all queued requests together: while they reach
             it, no queued request reads (nor watches for a disconnect).
         request_timeout: Seconds from arrival (queue wait included) after which a request
-            that is not long-running is cancelled, its seats returned, and answered 504 (or
-            its response aborted if it started); ``None``: no deadline. Kubernetes'
-            ``--request-timeout`` is 60 s. A route's ``request_timeout`` comes first.
+            is cancelled, its seats returned, and answered 504 (or its response aborted if it
+            started); a long-running one (a WebSocket) only until it starts (is accepted).
+            ``None``: none. Kubernetes' ``--request-timeout`` is 60 s; a route's comes first.
         request_timeout_by_level: Deadlines by priority-level name (``None``: none), before
             ``request_timeout``.
         min_body_rate: Bytes per second a request body must keep up with, after
@@ -257,16 +257,14 @@ class APFMiddleware:
             return
         if digest.seats is not None and seats_clamped(digest, admission):
             warn_clamped(self._warn, scope, source, digest, admission)
-        expiry: Expiry | None = None
-        if not long_running and kind == "http":
-            deadlines = self._deadlines
-            try:
-                expiry = deadlines.track(admission, scope, receive, timeout)
-            except BaseException:
-                admission.release(ran=False)  # no event loop it knows, say: the seats go back
-                raise
-            if expiry is not None and self._times_bodies:
-                receive = expiry.receive  # timed for the minimum rate, if there is a body
+        # Tracked until the response starts even if long-running: it holds seats until then.
+        try:
+            expiry = self._deadlines.track(admission, scope, receive, timeout)
+        except BaseException:
+            admission.release(ran=False)  # no event loop it knows, say: the seats go back
+            raise
+        if expiry is not None and self._times_bodies and kind == "http":
+            receive = expiry.receive  # timed for the minimum rate, if there is a body
         replay: ReplayReceive | None = None  # set only for a request that waited
         try:
             app_receive: Receive | None = receive
@@ -290,8 +288,7 @@ class APFMiddleware:
                 expiry.finish(None)
         finally:
             admission.release()
-            # Every way the call ends (errors, disconnects, cancellation) counts it out. (No
-            # deadline for a long-running request: nothing below this concerns it.)
+            # Every way the call ends (errors, disconnects, cancellation) counts it out.
             if counted is not None and caps is not None:
                 caps.leave(counted)
             if replay is not None:
@@ -384,7 +381,10 @@ class APFMiddleware:
                 return send(message)
             if kind in STARTS:
                 if expiry is not None:
-                    expiry.started = True  # expiring now aborts the response
+                    if long_running or kind == "websocket.accept":
+                        expiry.disarm()  # exempt from now on: no deadline, no body rate
+                    else:
+                        expiry.started = True  # expiring now aborts the response
                 if long_running:
                     admission.release()
                 return send(with_headers(message, extra) if extra else message)
