@@ -1,10 +1,12 @@
 """Who is flooding: the top flows of each priority level, read from ``limiter.dump()``.
 
 A flow is a (flow schema, distinguisher) pair. For each level, the flows holding the most seats
-and with the most waiting requests are counted at read time from the dump (the engine holds a
-bounded number of requests); the flows rejected most over the last minute come from the
-engine's bounded heavy-hitters sketch (``LevelDump.rejected_flows``). Memory and time stay
-bounded whatever the number of flows.
+are counted at read time from the dump's executing and lingering requests (bounded by the
+seats), those with the most waiting requests come from the counts the engine keeps as requests
+join and leave queues when the dump was taken with ``waiting=False`` (the metrics' scrape), or
+are counted from the waiting requests of a full dump; the flows rejected most over the last
+minute come from the engine's bounded heavy-hitters sketch (``LevelDump.rejected_flows``).
+Memory and time stay bounded whatever the number of flows.
 
 Distinguishers are client-chosen and may be personal (user names, addresses, header values):
 ``hash_distinguishers`` shows each one as a short stable hash instead (:func:`hide`).
@@ -123,8 +125,10 @@ def level_flows(level: LevelDump) -> LevelFlows:
     """Count the seats in use and waiting requests of each flow of ``level``."""
     seats: Counter[Flow] = Counter()
     waiting: Counter[Flow] = Counter()
+    if level.waiting_summary is not None:
+        waiting.update(level.waiting_summary.flows)
     for queue in level.queues:
-        for request in queue.waiting:
+        for request in queue.waiting:  # a full dump (waiting=True)
             waiting[(request.flow_schema, request.distinguisher)] += 1
         _add_seats(seats, queue.executing)
     _add_seats(seats, level.queueless_executing)
