@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from apf_limiter.engine._heavy_hitters import FlowCount
 from apf_limiter.engine._statistics import LimiterStatistics, PriorityLevelStatistics
 
+# Re-exported: the metrics import nothing else of the engine but this module.
+from apf_limiter.engine._waiting_tally import READ_ONLY_VERBS as READ_ONLY_VERBS
+
 if TYPE_CHECKING:
     from apf_limiter._digest import RequestDigest
     from apf_limiter.engine._controller import Controller
@@ -82,6 +85,8 @@ class QueueDump:
         initial_seats_sum: Initial seats of the waiting requests, summed.
         max_seats_sum: Max seats of the waiting requests, summed.
         total_work_sum: Work of the waiting requests, summed (raw units).
+        waiting_requests: How many requests wait in it (``len(waiting)`` unless the dump was
+            taken with ``waiting=False``, which leaves ``waiting`` empty).
     """
 
     index: int
@@ -92,6 +97,28 @@ class QueueDump:
     initial_seats_sum: int
     max_seats_sum: int
     total_work_sum: int
+    waiting_requests: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingSummary:
+    """The waiting requests of one level, counted by the engine as they joined and left queues.
+
+    What a dump taken with ``waiting=False`` gives instead of the waiting requests: its cost
+    does not grow with the number of requests waiting (only ``flows`` grows, with the number
+    of distinct flows waiting).
+
+    Attributes:
+        requests: Waiting requests by flow schema.
+        seats: Seats the waiting requests ask for, by flow schema.
+        flows: Waiting requests by flow (flow schema, distinguisher).
+        read_only: Waiting requests whose verb is read-only (``READ_ONLY_VERBS``).
+    """
+
+    requests: dict[str, int]
+    seats: dict[str, int]
+    flows: dict[tuple[str, str], int]
+    read_only: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +153,8 @@ class LevelDump:
             bound, ``rejections - error`` a lower one, by which they are ranked). At a
             shadow level these are the twins': what enforcing would have rejected. Empty
             when the dump is taken without ``now``.
+        waiting_summary: With ``waiting=False``: the waiting requests counted (their queues'
+            ``waiting`` are then empty); ``None`` in a full dump.
     """
 
     name: str
@@ -148,6 +177,7 @@ class LevelDump:
     lingering: tuple[RequestDump, ...]
     shadow: bool = False
     rejected_flows: tuple[FlowCount, ...] = ()
+    waiting_summary: WaitingSummary | None = None
 
     @property
     def is_idle(self) -> bool:
@@ -176,29 +206,43 @@ _EXECUTING: Final = "EXECUTING"
 _LINGERING: Final = "LINGERING"
 
 
-def dump_engine(controller: Controller, now: float | None = None) -> EngineDump:
+def dump_engine(
+    controller: Controller, now: float | None = None, *, waiting: bool = True
+) -> EngineDump:
     """Copy the state of ``controller`` into an :class:`EngineDump` (a pure read).
 
     Args:
         controller: The engine to copy.
         now: The current time, which says which rejections are in the last minute
             (``LevelDump.rejected_flows``); ``None`` leaves those out.
+        waiting: ``False`` copies no waiting request: each level's ``waiting_summary`` counts
+            them instead (what the metrics read, at a cost independent of the queues' depth).
     """
     statistics = controller.statistics()
     levels = statistics.priority_levels
     return EngineDump(
         statistics,
         tuple(
-            _dump_level(state, levels[name], now) for name, state in list(controller.levels.items())
+            _dump_level(state, levels[name], now, waiting)
+            for name, state in list(controller.levels.items())
         ),
     )
 
 
+def _summary(state: LevelState) -> WaitingSummary:
+    tally = state.queue_set.waiting_tally
+    # Copied with dict(): atomic for a scrape from another thread.
+    return WaitingSummary(
+        dict(tally.requests), dict(tally.seats), dict(tally.flows), tally.read_only
+    )
+
+
 def _dump_level(
-    state: LevelState, statistics: PriorityLevelStatistics, now: float | None
+    state: LevelState, statistics: PriorityLevelStatistics, now: float | None, waiting: bool
 ) -> LevelDump:
     qs = state.queue_set
     return LevelDump(
+        waiting_summary=None if waiting else _summary(state),
         name=state.name,
         shadow=state.shadow,
         rejected_flows=() if now is None else state.rejected_flows.top(now),
@@ -216,7 +260,9 @@ def _dump_level(
         r_overflows=qs.r_overflows,
         no_accommodation=qs.no_accommodation,
         no_accommodation_by_flow_schema=dict(qs.no_accommodation_by_flow_schema),
-        queues=tuple(_dump_queue(index, queue) for index, queue in enumerate(list(qs.queues))),
+        queues=tuple(
+            _dump_queue(index, queue, waiting) for index, queue in enumerate(list(qs.queues))
+        ),
         queueless_executing=_by_start(
             [_dump_request(request, -1, _EXECUTING) for request in list(qs.queueless_executing)]
         ),
@@ -229,14 +275,14 @@ def _dump_level(
     )
 
 
-def _dump_queue(index: int, queue: Queue) -> QueueDump:
+def _dump_queue(index: int, queue: Queue, with_waiting: bool) -> QueueDump:
     # Most queues are empty: they cost no list and no sort.
     waiting = queue.waiting
     executing = queue.executing
     return QueueDump(
         index,
         tuple([_dump_request(request, index, _WAITING) for request in list(waiting)])
-        if waiting
+        if waiting and with_waiting
         else (),
         _by_start([_dump_request(request, index, _EXECUTING) for request in list(executing)])
         if executing
@@ -246,6 +292,7 @@ def _dump_queue(index: int, queue: Queue) -> QueueDump:
         queue.initial_seats_sum,
         queue.max_seats_sum,
         queue.total_work_sum,
+        len(waiting),
     )
 
 

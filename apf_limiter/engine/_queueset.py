@@ -32,8 +32,7 @@ index, wrapping around).
 
 All methods take ``now`` (seconds) and return the requests they dispatched, so the caller can
 wake their waiters. Nothing here blocks, sleeps, logs or reads a clock. After every change the
-*seat demand* (seats in use plus seats waiting) is sampled into :attr:`QueueSet.demand`, the
-integrator that borrowing reads.
+*seat demand* (seats in use plus seats waiting) is sampled into :attr:`QueueSet.demand`.
 """
 
 from __future__ import annotations
@@ -249,6 +248,7 @@ class QueueSet(QueueSetBase):
         request.queue = queue
         request.state = _WAITING
         waiting.append(request)
+        self.waiting_tally.add(request)
         queue.initial_seats_sum += request.initial_seats
         queue.max_seats_sum += request.max_seats
         queue.total_work_sum += request.total_work
@@ -262,10 +262,10 @@ class QueueSet(QueueSetBase):
         if was_empty or self.epoch_advance_failures:
             self._bound_next_dispatch(queue)
             self._push(queue)
-        # Else the request joined behind a head: the head is the same, and so is the queue's
-        # virtual time, which every path keeps at or above the head's arrival (anti-windup)
-        # until an epoch advance fails (then Kubernetes' bound on every arrival applies).
-        # Re-indexing would read the head, long queued and out of cache in a deep backlog.
+        # Else it joined behind a head: the head is the same, and so is the queue's virtual
+        # time, kept at or above the head's arrival (anti-windup) by every path until an epoch
+        # advance fails (then Kubernetes' bound on every arrival applies). Re-indexing would
+        # read the head, long queued and out of cache in a deep backlog.
         dispatched = self._dispatch_as_much_as_possible()
         self._note_demand(now)
         return dispatched
@@ -370,6 +370,7 @@ class QueueSet(QueueSetBase):
         queue = request.queue
         assert queue is not None
         queue.waiting.remove(request)
+        self.waiting_tally.remove(request)
         queue.initial_seats_sum -= request.initial_seats
         queue.max_seats_sum -= request.max_seats
         queue.total_work_sum -= request.total_work
@@ -387,8 +388,7 @@ class QueueSet(QueueSetBase):
         self._bound_next_dispatch(queue)
         self._push(queue)  # a new head, or (anti-windup) a new virtual time
         dispatched = self._dispatch_as_much_as_possible()
-        # No surplus-queue removal here: Kubernetes removes a queue only when a request's
-        # seats are released from it (queueset.go, removeQueueIfEmptyLocked).
+        # No queue removal here: Kubernetes removes one on release (removeQueueIfEmptyLocked).
         self._note_demand(now)
         return dispatched
 

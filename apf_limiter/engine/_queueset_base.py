@@ -24,6 +24,7 @@ from apf_limiter.engine._seat_seconds import (
     seats_times_duration,
 )
 from apf_limiter.engine._shuffle_sharding import Dealer
+from apf_limiter.engine._waiting_tally import WaitingTally
 
 NOTHING: Final[Sequence[Request]] = ()
 """The shared empty result: nothing was dispatched."""
@@ -70,6 +71,8 @@ class QueueSetBase:
         self.requests_executing = 0
         self.seats_in_use = 0
         self.seats_waiting = 0
+        # The waiting requests by flow schema, flow and verb, for the metrics' gauges.
+        self.waiting_tally = WaitingTally()
         self.queued_seats_in_use = 0
         self.queueless_executing: set[Request] = set()
         self.dispatched = 0
@@ -148,6 +151,7 @@ class QueueSetBase:
             by_schema[request.flow_schema] = by_schema.get(request.flow_schema, 0) + 1
             return None
         queue.waiting.popleft()
+        self.waiting_tally.remove(request)  # before a clamp of its seats, as the sums below
         queue.initial_seats_sum -= request.initial_seats
         queue.max_seats_sum -= request.max_seats
         queue.total_work_sum -= request.total_work

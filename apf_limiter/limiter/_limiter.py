@@ -229,13 +229,19 @@ class Limiter(Shell):
         """
         return None if self._adapter is None else self._adapter.statistics()
 
-    def dump(self) -> EngineDump:
+    def dump(self, *, waiting: bool = True) -> EngineDump:
         """Return a frozen view of every level, queue and waiting or executing request.
 
         A pure read, in the style of Kubernetes' ``QueueSet.Dump()``: the debug dumps, the
         dashboard and the metrics read nothing else of the engine.
+
+        Args:
+            waiting: ``False`` copies no waiting request; each level's ``waiting_summary``
+                counts them by flow schema, flow and verb instead, kept up to date by the
+                engine as requests join and leave queues. The metrics scrape so: its cost
+                does not grow with the number of requests waiting.
         """
-        return dump_engine(self._controller, self._clock.now())
+        return dump_engine(self._controller, self._clock.now(), waiting=waiting)
 
     def adjust_borrowing(self) -> None:
         """Run one borrowing adjustment now (the periodic schedule is not moved)."""

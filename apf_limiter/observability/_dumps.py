@@ -31,6 +31,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from apf_limiter.engine._seat_seconds import seat_seconds_str
+
+# Re-exported: the cut's limits, as the text dumps apply them to every cell.
+from apf_limiter.observability._cut import CUT_MARK as CUT_MARK
+from apf_limiter.observability._cut import MAX_CELL_WIDTH as MAX_CELL_WIDTH
+from apf_limiter.observability._cut import cut
 from apf_limiter.observability._goformat import go_duration, rfc3339_nano
 from apf_limiter.observability._tabwriter import tabwrite
 from apf_limiter.observability._top_flows import DEFAULT_TOP, check_top, hash_key, top_flows
@@ -121,20 +126,12 @@ class Dump:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
-#: The widest cell a text dump prints, in characters; a longer one is cut and ends in
-#: :data:`CUT_MARK` and the count of characters left out. Every cell of a column is padded to
-#: the column's widest cell, and a client chooses some cells (a ``ByHeader`` distinguisher, a
-#: path): uncapped, one 60 kB path padded every row of the dump to 60 kB.
-MAX_CELL_WIDTH = 256
-CUT_MARK = "...(cut "
-
-
 def _go_text(cell: Cell) -> str:
     if isinstance(cell, bool):
         return "true" if cell else "false"
     text = str(cell)
     if text.isprintable() and "\\" not in text:
-        return text if len(text) <= MAX_CELL_WIDTH else _cut(text, list(text))
+        return cut(text)
     # Client-chosen text (distinguishers, user names, paths) must not change the table: a tab
     # or newline would add columns or forge rows (and a thousand tabs overflow the tab
     # writer's recursion), line separators and bidi overrides would do the same in a viewer,
@@ -144,20 +141,7 @@ def _go_text(cell: Cell) -> str:
     escaped = [_escape(char) for char in text[: MAX_CELL_WIDTH + 1]]
     if len(text) <= MAX_CELL_WIDTH and sum(map(len, escaped)) <= MAX_CELL_WIDTH:
         return "".join(escaped)
-    return _cut(text, escaped)
-
-
-def _cut(text: str, escaped: list[str]) -> str:
-    """The escaped head of ``text`` that fits :data:`MAX_CELL_WIDTH` with the cut's mark."""
-    room = MAX_CELL_WIDTH - len(CUT_MARK) - len(str(len(text))) - 1  # the count and ")"
-    width = 0
-    kept = 0
-    for piece in escaped:
-        if width + len(piece) > room:
-            break
-        width += len(piece)
-        kept += 1
-    return f"{''.join(escaped[:kept])}{CUT_MARK}{len(text) - kept})"
+    return cut(text, escaped)
 
 
 _NAMED_ESCAPES = {

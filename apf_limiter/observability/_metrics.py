@@ -178,7 +178,7 @@ class PrometheusMetrics(Observer):
         limiter, sampler = self._limiter, self._sampler
         if limiter is None or sampler is None:
             return
-        dump = limiter.dump()
+        dump = limiter.dump(waiting=False)
         sampler.sample(dump, count_flows(dump), limiter.clock.now())
 
     # ----------------------------------------------------------------------------------------
@@ -329,7 +329,9 @@ class PrometheusMetrics(Observer):
             return
         from apf_limiter.observability._scrape import collect_engine, collect_top_flows
 
-        dump = limiter.dump()  # the statistics come with it, taken in the same instant
+        # The statistics come with it, taken in the same instant. Waiting requests come
+        # counted, not copied: a scrape's cost does not grow with the depth of the queues.
+        dump = limiter.dump(waiting=False)
         flows = count_flows(dump)
         sampler.sample(dump, flows, limiter.clock.now())
         yield from collect_engine(self._families, dump, dump.statistics, flows, sampler, self._seen)

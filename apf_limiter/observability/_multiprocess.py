@@ -199,7 +199,7 @@ class NativeMetrics:
         limiter, sampler = self._limiter, self._sampler
         if limiter is None or sampler is None:
             return False
-        dump = limiter.dump()
+        dump = limiter.dump(waiting=False)
         stats = dump.statistics
         flows = count_flows(dump)
         busy = bool(flows.pairs())
