@@ -103,7 +103,7 @@ def read_log(stream: IO[bytes], form: str, mapping: Mapping[str, str], unit: str
         try:
             values = _json_values(text) if form == "json" else _combined_values(text)
             result.arrivals.append(_arrival(values, mapping, scale))
-        except (ValueError, TypeError, KeyError) as error:
+        except (ValueError, TypeError) as error:
             _bad(result, number, str(error) or type(error).__name__)
             continue
         if len(result.arrivals) >= MAX_REQUESTS:
@@ -165,7 +165,7 @@ def _arrival(
 def _get(values: Mapping[str, object], mapping: Mapping[str, str], role: str) -> object:
     name = mapping[role]
     if name not in values:
-        raise KeyError(f"no {role} field {name!r}")
+        raise ValueError(f"no {role} field {name!r}")
     return values[name]
 
 

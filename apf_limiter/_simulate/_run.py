@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -125,6 +126,7 @@ class Simulation:
         self.sample_period = max(sample_period or self.period, self.period)
         self.next_sample = 0.0
         self.heap: list[tuple[int, int, int, Any]] = []
+        self.wait_limits: deque[tuple[int, int, Request]] = deque()
         self.seq = 0
         self.tick_pending = False
         self.executing = 0
@@ -148,10 +150,24 @@ class Simulation:
         controller = self.controller
         start = controller.start
         finish = controller.finish
+        heappush = heapq.heappush
+        heappop = heapq.heappop
+        # Wait limits all have the same length, so they fall due in the order they were set:
+        # a FIFO instead of the heap, merged by (time, sequence) as one timer queue would be.
+        wait_limits = self.wait_limits
+        wait_ns = self.wait_ns
+        tallies = self.tallies
         events = 0
         now_ns = 0
-        while heap:
-            now_ns, _, kind, obj = heapq.heappop(heap)
+        obj: Any
+        while heap or wait_limits:
+            if wait_limits and (not heap or wait_limits[0] < heap[0]):
+                now_ns, _, obj = wait_limits.popleft()
+                kind = _WAIT_LIMIT
+                if obj.state is not _WAITING:
+                    continue  # dispatched meanwhile: its timer would have been cancelled
+            else:
+                now_ns, _, kind, obj = heappop(heap)
             events += 1
             now = now_ns / 1e9
             if now >= self.next_adjustment:
@@ -159,20 +175,33 @@ class Simulation:
             if kind == _ARRIVAL:
                 job = obj.take(now_ns)
                 if obj.next_ns >= 0:
-                    self._push(obj.next_ns, _ARRIVAL, obj)
+                    self.seq += 1
+                    heappush(heap, (obj.next_ns, self.seq, _ARRIVAL, obj))
                 request, effects = start(job.digest, now)
                 request.handle = job
                 if effects is not NO_EFFECTS:
                     self._wake(effects.dispatched, now_ns)
                 state = request.state
                 if state is _EXECUTING:
-                    self._dispatched(request, now_ns)
+                    # At once (the fast path): no wait, no heavy-flow wait sum to add.
+                    key = (job.flow, request.flow_schema, request.priority_level)
+                    tally = tallies.get(key)
+                    if tally is None or self.outcomes is not None or job.per_request:
+                        self._dispatched(request, now_ns)
+                        continue
+                    tally.served += 1
+                    tally.waits.append(0.0)
+                    self._flow(request).served += 1
+                    self.executing += 1
+                    self.seq += 1
+                    heappush(heap, (now_ns + round(job.service * 1e9), self.seq, _FINISH, request))
                 elif state is _WAITING:
                     opened = controller.open_level(request, now)
                     if opened is not NO_EFFECTS:
                         self._settle(opened, now_ns)
                     if request.state is _WAITING:
-                        self._push(now_ns + self.wait_ns, _WAIT_LIMIT, request)
+                        self.seq += 1
+                        wait_limits.append((now_ns + wait_ns, self.seq, request))
                         if not self.tick_pending:
                             self._arm_tick()
                 else:
@@ -185,13 +214,12 @@ class Simulation:
                     self._push(now_ns + request.additional_latency_ns, _RELEASE, request)
                 if effects is not NO_EFFECTS:
                     self._settle(effects, now_ns)
-                job = request.handle
-                self._client_next(job, now_ns)
+                if request.handle.source is not None:
+                    self._client_next(request.handle, now_ns)
             elif kind == _WAIT_LIMIT:
                 request = obj
-                if request.state is _WAITING:
-                    self._settle(controller.cancel(request, now, timed_out=True), now_ns)
-                    self._ended(request, now_ns, request.retry_after)
+                self._settle(controller.cancel(request, now, timed_out=True), now_ns)
+                self._ended(request, now_ns, request.retry_after)
             elif kind == _RELEASE:
                 request = obj
                 if request.state is _LINGERING:
