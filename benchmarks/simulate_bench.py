@@ -43,6 +43,12 @@ def scenario_document(duration: float) -> dict[str, object]:
     }
 
 
+def _compiled() -> bool:
+    import apf_limiter.engine._controller as controller
+
+    return not controller.__file__.endswith(".py")
+
+
 def main() -> None:
     """Run the benchmark and print what it measured."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -51,13 +57,19 @@ def main() -> None:
     scenario = parse_scenario(scenario_document(args.duration))
     config = load_source(None)
     began = time.perf_counter()
+    cpu = time.process_time()
     result = Simulation(config).run(scenario_sources(scenario))
     ran = time.perf_counter() - began
+    ran_cpu = time.process_time() - cpu
     report = build_report(result, config="built-in", traffic="benchmark")
     reported = time.perf_counter() - began
     requests = report["requests"]
     print(f"simulated {args.duration:.0f}s of traffic: {requests} requests, {result.events} events")
-    print(f"run {ran:.1f}s, with the report {reported:.1f}s: {requests / ran:,.0f} requests/s")
+    print(
+        f"run {ran:.1f}s ({ran_cpu:.1f}s of CPU; the machine may be shared), with the report "
+        f"{reported:.1f}s: {requests / ran:,.0f} requests/s"
+    )
+    print(f"engine: {'compiled' if _compiled() else 'pure Python'}")
     for name, flow in report["flows"].items():
         print(f"  {name}: served {flow['served']}, rejected {flow['rejected']}")
 
