@@ -289,7 +289,10 @@ def test_replay_reads_json_lines_with_mapped_fields_and_shows_unreadable_lines(
     )
     assert status == 0, err
     assert "203 lines, 200 requests read, 3 unreadable" in err
-    assert f"{log}:4: unreadable" in err and f"{log}:11: unreadable: no duration field 'took_ms'" in err
+    assert (
+        f"{log}:4: unreadable" in err
+        and f"{log}:11: unreadable: no duration field 'took_ms'" in err
+    )
     assert f"{log}:21: unreadable: duration" in err
     report = json.loads(out)
     # 20 a second of 0.8 s on 10 seats: 16 seats wanted, so one user's requests queue.
@@ -359,3 +362,16 @@ def test_the_worked_example_finds_the_flood_and_the_fix_ends_it(
     assert rejected > 0.05 * (served + rejected)
     served, rejected = beta(after)
     assert rejected == 0 and served > 5000
+
+
+def test_replay_stops_at_its_request_cap_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import apf_limiter._simulate._replay as replay
+
+    monkeypatch.setattr(replay, "MAX_REQUESTS", 5)
+    config, _ = _files(tmp_path)
+    line = json.dumps({"start": 0, "duration": 0.1, "user": "a", "method": "GET", "path": "/"})
+    status, out, err = _run(capsys, "replay", config, _log(tmp_path, [line] * 9), "--json")
+    assert status == 0 and "stopped after 5 requests" in err
+    assert json.loads(out)["requests"] == 5

@@ -36,6 +36,13 @@ def _simulated(
     simulation = Simulation(load_config(config), hash_seed=42, record=len(arrivals))
     result = simulation.run([ListSource(arrivals)])
     assert result.outcomes is not None
+    # Recording takes the loop off its inlined arrival fast path: both must agree.
+    fast = Simulation(load_config(config), hash_seed=42).run([ListSource(arrivals)])
+    assert {
+        k: (t.served, list(t.waits), t.rejected, t.retry_after) for k, t in fast.tallies.items()
+    } == {
+        k: (t.served, list(t.waits), t.rejected, t.retry_after) for k, t in result.tallies.items()
+    }
     statistics = result.statistics
     for level in statistics.priority_levels.values():
         assert level.waiting_requests == 0 and level.executing_requests == 0
