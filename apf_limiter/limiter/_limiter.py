@@ -22,7 +22,7 @@ from apf_limiter._errors import Rejected, RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
-from apf_limiter.engine._dump import EngineDump, dump_engine
+from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._reload import ConfigFile, Reloader
@@ -235,7 +235,7 @@ class Limiter(Shell):
         A pure read, in the style of Kubernetes' ``QueueSet.Dump()``: the debug dumps, the
         dashboard and the metrics read nothing else of the engine.
         """
-        return dump_engine(self._controller, self._clock.now())
+        return self._controller.dump(self._clock.now())
 
     def adjust_borrowing(self) -> None:
         """Run one borrowing adjustment now (the periodic schedule is not moved)."""
