@@ -95,20 +95,16 @@ leaves them, so a request ends exactly once.
 """
 
 
-class IllegalTransition(RuntimeError):
-    """An event that does not apply to a request's state (an engine bug, or a caller's)."""
-
-
 def transition(request: Request, event: RequestEvent) -> None:
     """Move ``request`` to the state that ``event`` leads to from its current one.
 
     Raises:
-        IllegalTransition: If :data:`TRANSITIONS` has no move for its state and ``event``
-            (the request is left as it was).
+        RuntimeError: If :data:`TRANSITIONS` has no move for its state and ``event`` (an
+            engine bug, or a caller's; the request is left as it was).
     """
     new = TRANSITIONS.get((request.state, event))
     if new is None:
-        raise IllegalTransition(f"{event.name} does not apply to {request!r}")
+        raise RuntimeError(f"illegal transition: {event.name} does not apply to {request!r}")
     request.state = new
 
 
