@@ -10,6 +10,14 @@ from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import ConfigError, ConfigProblem, Rejected
 from apf_limiter._version import __version__
 from apf_limiter.config._model import Configuration
+from apf_limiter.engine._dump import (
+    EngineDump,
+    FlowCount,
+    LevelDump,
+    QueueDump,
+    RequestDump,
+    WaitingSummary,
+)
 from apf_limiter.engine._shuffle_sharding import Dealer
 from apf_limiter.engine._statistics import (
     FlowSchemaStatistics,
@@ -29,13 +37,19 @@ __all__ = [
     "ConfigProblem",
     "Configuration",
     "Dealer",
+    "EngineDump",
+    "FlowCount",
     "FlowSchemaStatistics",
+    "LevelDump",
     "Limiter",
     "LimiterStatistics",
     "PriorityLevelStatistics",
+    "QueueDump",
     "Rejected",
     "RequestDigest",
+    "RequestDump",
     "ShadowOutcome",
+    "WaitingSummary",
     "__version__",
     "load_config",
 ]

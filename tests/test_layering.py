@@ -22,10 +22,11 @@ docs/internals.md explains the layers. The rules:
    ``if TYPE_CHECKING:`` and inside functions: a cycle that only type checking or a deferred
    import hides is still two modules that need each other. (Importing ``a.b.c`` counts as an
    edge to ``a.b.c`` alone; a package's ``__init__`` is a facade that imports downwards.)
-5. **Private modules stay private; modules stay small.** A private module (``_name.py``)
+5. **Private modules stay private; one concept per module.** A private module (``_name.py``)
    defines no ``__all__``; each public facade (``apf_limiter``, ``apf_limiter.asgi``,
-   ``apf_limiter.config``, ``apf_limiter.observability``, ``apf_limiter.testing``) does; no
-   module is over 400 lines.
+   ``apf_limiter.config``, ``apf_limiter.observability``, ``apf_limiter.testing``) does. A
+   module holds one concept, whole: about 400 lines is a guide, never a reason to split a
+   concept (least of all by inheritance); nothing passes 900 lines.
 
 Private module names are compared without their leading underscores (``apf_limiter._clock`` is
 the clock as much as ``apf_limiter._clock`` was), so the rules hold whatever a module is called.
@@ -88,7 +89,8 @@ FACADES = (
     "apf_limiter.observability",
     "apf_limiter.testing",
 )
-MAX_LINES = 400
+GUIDE_LINES = 400  # about this many: a guide, not a cap
+MAX_LINES = 900
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,15 +560,17 @@ def test_public_facades_define_all() -> None:
     )
 
 
-def test_no_module_is_over_400_lines() -> None:
+def test_no_module_is_over_900_lines() -> None:
     bad = [
         f"{m.where}: {lines} lines"
         for m in modules().values()
         if (lines := len(m.text.splitlines())) > MAX_LINES
     ]
     assert not bad, _fail(
-        f"Rule 5: no module is over {MAX_LINES} lines.",
-        "split the module by responsibility into private modules of a package",
+        f"Rule 5: one concept per module; nothing passes {MAX_LINES} lines (about "
+        f"{GUIDE_LINES} is a guide, not a cap).",
+        "a module this long holds more than one concept: move a whole concept (not a base "
+        "class of the same one) into a private module of its own",
         bad,
     )
 

@@ -31,13 +31,19 @@ CONTRACT = [
     "ConfigProblem",
     "Configuration",
     "Dealer",
+    "EngineDump",
+    "FlowCount",
     "FlowSchemaStatistics",
+    "LevelDump",
     "Limiter",
     "LimiterStatistics",
     "PriorityLevelStatistics",
+    "QueueDump",
     "Rejected",
     "RequestDigest",
+    "RequestDump",
     "ShadowOutcome",
+    "WaitingSummary",
     "__version__",
     "load_config",
 ]
@@ -132,6 +138,24 @@ def test_documented_imports_work() -> None:
         load_config,
     )
     from apf_limiter.testing import FakeClock  # noqa: F401
+
+
+def test_what_limiter_dump_returns_is_public_and_annotatable() -> None:
+    # A user annotates a dump with the public names: they are the very types it is built of.
+    from apf_limiter import EngineDump, FlowCount, LevelDump, QueueDump, RequestDump, WaitingSummary
+    from apf_limiter.testing import FakeClock
+
+    limiter = apf_limiter.Limiter(hash_seed=1, clock=FakeClock())
+    dump: EngineDump = limiter.dump()
+    assert type(dump) is EngineDump
+    level: LevelDump = dump.levels[0]
+    assert type(level) is LevelDump
+    for level in dump.levels:
+        assert all(type(queue) is QueueDump for queue in level.queues)
+        assert all(type(flow) is FlowCount for flow in level.rejected_flows)
+    assert RequestDump._fields[0] == "flow_schema"
+    summary = limiter.dump(waiting=False).levels[0].waiting_summary
+    assert type(summary) is WaitingSummary
 
 
 # ---------------------------------------------------------------------------------------------

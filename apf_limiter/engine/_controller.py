@@ -10,16 +10,22 @@ dropped requests for Retry-After, and keeps the counters that :meth:`statistics`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, cast
+from typing import Final
 
 from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import Configuration, PriorityLevel
 from apf_limiter.engine._borrowing import compute_borrowing
 from apf_limiter.engine._classifier import Classifier
 from apf_limiter.engine._concurrency import plan_levels
+from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._effects import NO_EFFECTS, Effects, limit_changes
 from apf_limiter.engine._level import LevelState, check_level_references, narrowed_latency
-from apf_limiter.engine._request import FlowSchemaCounters, Request, RequestState
+from apf_limiter.engine._request import (
+    FlowSchemaCounters,
+    Request,
+    RequestLevel,
+    RequestState,
+)
 from apf_limiter.engine._retry_after import DroppedRequestsTracker
 from apf_limiter.engine._statistics import (
     FlowSchemaStatistics,
@@ -156,13 +162,13 @@ class Controller:
             :data:`NO_EFFECTS` when the request does not wait at a closed level; else what the
             adjustment changed (the request itself may be among the dispatched).
         """
-        level = cast(LevelState, request.level)
+        level = request.level
         if request.state is not _WAITING or level.queue_set.concurrency_limit > 0:
             return NO_EFFECTS
         return self._adjust_borrowing(now, level)
 
     def _adjust_borrowing(
-        self, now: float, waking: LevelState | None, *, reconfigure: bool = False
+        self, now: float, waking: RequestLevel | None, *, reconfigure: bool = False
     ) -> Effects:
         """One borrowing adjustment; ``waking``'s seat demand counts as its smoothed demand.
 
@@ -272,7 +278,7 @@ class Controller:
         Returns:
             The requests dispatched by the freed seats (and a drained level's removal).
         """
-        level: LevelState = request.level  # type: ignore[assignment]  # not cast(): a call
+        level = request.level
         dispatched = level.queue_set.finish(request, now, ran)  # positional: every release
         request.counters.executing -= 1
         if not dispatched:
@@ -287,7 +293,7 @@ class Controller:
 
         Returns: the requests dispatched by the freed seats (and a drained level's removal).
         """
-        level: LevelState = request.level  # type: ignore[assignment]
+        level = request.level
         dispatched = level.queue_set.release(request, now)
         if dispatched:
             self._count_dispatched(dispatched)
@@ -302,7 +308,7 @@ class Controller:
         Returns:
             The requests dispatched afterwards (and a drained level's removal).
         """
-        level = cast(LevelState, request.level)
+        level = request.level
         dispatched = level.queue_set.cancel(request, now, timed_out=timed_out)
         request.ended_at = now
         counters = request.counters
@@ -322,19 +328,18 @@ class Controller:
 
     def is_exempt(self, request: Request) -> bool:
         """Whether the request's level is exempt."""
-        return cast(LevelState, request.level).queue_set.is_exempt
+        return request.level.queue_set.is_exempt
 
     def is_shadow(self, request: Request) -> bool:
         """Whether the request's level is in shadow mode (enforcement ``Shadow``)."""
-        return cast(LevelState, request.level).shadow
+        return request.level.shadow
 
     def overdue_lingering(self, overdue: float) -> list[Request]:
         """The lingering requests whose final seats were due back by ``overdue``."""
         return [
             request
             for state in self.levels.values()
-            for request in state.queue_set.lingering
-            if request.release_at <= overdue
+            for request in state.queue_set.overdue_lingering(overdue)
         ]
 
     @property
@@ -344,7 +349,7 @@ class Controller:
 
     def _record_drop(self, request: Request, now: float) -> None:
         """Record a drop for Retry-After (kept on the request) and for who is flooding."""
-        level = cast(LevelState, request.level)
+        level = request.level
         level.rejected_flows.record(request.flow_schema, request.distinguisher, now)
         self.tracker.record_dropped(level.name, int(now // 1))
         request.retry_after = self.tracker.retry_after(level.name)
@@ -361,7 +366,7 @@ class Controller:
             if request is not arrival:
                 counters.waiting -= 1
 
-    def _settled(self, level: LevelState, dispatched: Sequence[Request], now: float) -> Effects:
+    def _settled(self, level: RequestLevel, dispatched: Sequence[Request], now: float) -> Effects:
         """After a request left ``level``: drop the level if it was quiescing and is now idle."""
         if not (level.quiescing and level.is_drained) or self.levels.get(level.name) is not level:
             # Not quiescing, still busy, or already dropped (a request that lingered past the
@@ -393,4 +398,25 @@ class Controller:
             priority_levels=levels,
             flow_schemas=schemas,
             borrowing_error=self.borrowing_error,
+        )
+
+    def dump(self, now: float | None = None, *, waiting: bool = True) -> EngineDump:
+        """Copy every level, queue and request into an :class:`EngineDump` (a pure read).
+
+        Each level dumps itself and its queue set (as upstream's ``QueueSet.Dump``).
+
+        Args:
+            now: The current time, which says which rejections are in the last minute
+                (``LevelDump.rejected_flows``); ``None`` leaves those out.
+            waiting: ``False`` copies no waiting request: each level's ``waiting_summary``
+                counts them instead (what the metrics read, at a cost independent of the
+                queues' depth).
+        """
+        statistics = self.statistics()
+        levels = statistics.priority_levels
+        return EngineDump(
+            statistics,
+            tuple(
+                state.dump(levels[name], now, waiting) for name, state in list(self.levels.items())
+            ),
         )

@@ -14,15 +14,13 @@ the arrival fast path never has a waiting request.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
+
+from apf_limiter.engine._dump import READ_ONLY_VERBS
 
 if TYPE_CHECKING:
     from apf_limiter._digest import RequestDigest
     from apf_limiter.engine._request import Request
-
-READ_ONLY_VERBS: Final = frozenset({"get", "list", "watch", "head", "options"})
-"""Verbs counted as ``readOnly`` by ``read_vs_write_current_requests`` (HTTP's safe methods
-``head`` and ``options`` included: in Kubernetes a HEAD request is a ``get``)."""
 
 
 class WaitingTally:

@@ -22,7 +22,7 @@ from apf_limiter._errors import Rejected, RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
-from apf_limiter.engine._dump import EngineDump, dump_engine
+from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._reload import ConfigFile, Reloader
@@ -241,7 +241,7 @@ class Limiter(Shell):
                 engine as requests join and leave queues. The metrics scrape so: its cost
                 does not grow with the number of requests waiting.
         """
-        return dump_engine(self._controller, self._clock.now(), waiting=waiting)
+        return self._controller.dump(self._clock.now(), waiting=waiting)
 
     def adjust_borrowing(self) -> None:
         """Run one borrowing adjustment now (the periodic schedule is not moved)."""

@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from apf_limiter import RequestDigest
 from apf_limiter.engine._queueset import QueueSet
-from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.engine._request import TRANSITIONS, Request, RequestEvent, RequestState
 from apf_limiter.engine._seat_seconds import MASK
 
 TERMINAL = {
@@ -50,6 +50,13 @@ class QueueSetMachine(RuleBasedStateMachine):
 
     def _after(self, dispatched: Sequence[Request], before: dict[int, RequestState]) -> None:
         qs = self.qs
+        # Every state a request changed to is one move of the table, the inlined hot-path
+        # copies of transition() included.
+        for request in self.requests:
+            old = before[id(request)]
+            if request.state is not old:
+                moves = [e for e in RequestEvent if TRANSITIONS.get((old, e)) is request.state]
+                assert moves, f"{old.name} -> {request.state.name} is not in TRANSITIONS"
         for request in dispatched:
             assert before[id(request)] in (RequestState.NEW, RequestState.WAITING)
             assert request.state is RequestState.EXECUTING
