@@ -409,8 +409,8 @@ def test_validate_and_show_name_the_mode(
     file = tmp_path / "modes.yaml"
     file.write_text(_MODES, encoding="utf-8")
     assert main(["validate", str(file)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == (
+    validated = capsys.readouterr().out.splitlines()
+    assert validated[0] == (
         f"{file}: OK (4 priority levels, 5 flow schemas; "
         "enforcement Shadow (Enforce: global-default))"
     )

@@ -50,7 +50,7 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
 def _quickstart() -> str:
     """The README's FastAPI quickstart block, as printed."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    fastapi = [block for block in blocks if block.startswith("# FastAPI")]
+    fastapi: list[str] = [block for block in blocks if block.startswith("# FastAPI")]
     assert len(fastapi) == 1, "the README has one FastAPI quickstart"
     return fastapi[0]
 
