@@ -25,3 +25,15 @@ def test_the_demo_output_shows_the_table_notes() -> None:
     section = _section("See it work: `make demo`")
     table_end = section.split("all mice   |", 1)[1].splitlines()[1:3]
     assert tuple(table_end) == TABLE_NOTES
+
+
+def test_rolling_out_sets_a_real_server_limit_first_and_wires_the_metrics() -> None:
+    text = (README.parent / "docs" / "rolling-out.md").read_text(encoding="utf-8")
+    start = text.split("\n## 1. Start in shadow mode\n", 1)[1].split("\n## ", 1)[0]
+    assert start.index("realistic `serverConcurrencyLimit`") < start.index("enforcement: Shadow")
+    yaml_block = start.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "serverConcurrencyLimit:" in yaml_block
+    python_block = start.split("```python\n", 1)[1].split("```", 1)[0]
+    for wiring in ("PrometheusMetrics()", "observer=metrics", "metrics.bind(limiter)", "/metrics"):
+        assert wiring in python_block
+    assert "[yaml,prometheus]" in start

@@ -368,7 +368,7 @@ class APFMiddleware:
         shadow_header = self._shadow_header
         if shadow_header is not None and admission.shadow is not None:
             # Below ours, so that the outcome is read as the response starts.
-            send = shadow_send(send, admission, shadow_header)
+            send = shadow_send(send, admission, shadow_header, self._limiter.clock)
 
         # A plain function handing back the server's awaitable, not a coroutine: no extra
         # frame per message. So the seats go back as the application hands the server its
