@@ -16,7 +16,7 @@ from apf_limiter.engine._statistics import (
     LimiterStatistics,
     PriorityLevelStatistics,
 )
-from apf_limiter.limiter import Admission, Limiter, ShadowOutcome
+from apf_limiter.limiter import Admission, Limiter, Phase, ShadowOutcome
 
 if TYPE_CHECKING:
     from apf_limiter.asgi import APFMiddleware
@@ -32,6 +32,7 @@ __all__ = [
     "FlowSchemaStatistics",
     "Limiter",
     "LimiterStatistics",
+    "Phase",
     "PriorityLevelStatistics",
     "Rejected",
     "RequestDigest",
