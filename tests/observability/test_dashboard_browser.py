@@ -383,6 +383,16 @@ def test_the_adaptive_limit_has_a_panel_and_a_sparkline(chromium: str, tmp_path:
     learned = (dom.attributes["adaptive_spark_learned"]["points"] or "").split()
     assert len(applied) == len(learned) == samples
     assert len({point.split(",")[1] for point in applied}) == 1
+    # The latency ratio over the same polls (one update: a value at each), against 1.0.
+    ratio_points = (dom.attributes["adaptive_ratio_line"]["points"] or "").split()
+    assert int(dom.attributes["adaptive_ratio_spark"]["data-samples"] or "0") == samples
+    assert len(ratio_points) == samples
+    top = max(2.0, adaptive.last_ratio)
+    assert {point.split(",")[1] for point in ratio_points} == {
+        f"{46 - 44 * adaptive.last_ratio / top:.1f}"
+    }
+    one = dom.attributes["adaptive_ratio_one"]
+    assert one["y1"] == one["y2"] == f"{46 - 44 / top:.1f}"
 
 
 def test_the_page_reports_a_denied_feed(chromium: str, tmp_path: Path) -> None:
