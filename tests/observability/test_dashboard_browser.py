@@ -3,8 +3,9 @@
 The limiter holds requests (running, waiting, rejected for every reason, cancelled) so the
 numbers are not zero; the page must render exactly those live numbers after its script has
 fetched the feed; with a level in shadow mode, a banner and that level's row say so. With
-``APF_DASHBOARD_SCREENSHOT=<path>`` the test also saves a screenshot (this is how
-``docs/dashboard.png`` is made).
+``APF_DASHBOARD_SCREENSHOT=<path>`` the test also saves a screenshot of these held numbers;
+``docs/dashboard.png`` is drawn from a live server under load by
+``benchmarks/dashboard_screenshot.py``.
 """
 
 from __future__ import annotations
