@@ -262,55 +262,26 @@ class _Watcher:
             except Exception as exc:  # the application will meet it at its own receive()
                 self.error = exc
                 return
-            if self.take(message):
+            kind = message.get("type")
+            if kind in _DISCONNECTS:
+                self.disconnected = True
                 if self.scope is not None:
                     self.scope.cancel()
                 return
-            kept += charge(message)
-
-    def take(self, message: Message) -> bool:
-        """Keep a message read, or note a disconnect; whether it was a disconnect."""
-        kind = message.get("type")
-        if kind in _DISCONNECTS:
-            self.disconnected = True
-            return True
-        self.messages.append(message)
-        self.budget.take(charge(message))
-        if kind == "websocket.connect" or not message.get("more_body", False):
-            self.complete = True
-        return False
+            self.messages.append(message)
+            size = charge(message)
+            kept += size
+            budget.take(size)
+            if kind == "websocket.connect" or not message.get("more_body", False):
+                self.complete = True
 
     def hand_over(self, entered: bool) -> asyncio.Future[Message] | None:
-        """The ``receive()`` in flight, for the application, if more body is due; else None.
-
-        A call that has completed already is not handed over: :meth:`take_completed` acts on
-        its message.
-        """
+        """The ``receive()`` in flight, for the application, if more body is due; else None."""
         pending = self.pending
-        if entered and pending is not None and not self.complete and not pending.done():
+        if entered and pending is not None and not self.complete:
             self.handed_over = True
             return pending
         return None
-
-    def take_completed(self) -> None:
-        """Act on a ``receive()`` that completed as the wait ended (the helper stopped).
-
-        The wait can end in the very event-loop turn in which the server's ``receive()``
-        returned: cancelling the helper then cancels nothing, and the message would be
-        dropped. A server reports a disconnect once (hypercorn), so a lost one would let the
-        application run for a client that left, holding its seats (and a long-running
-        request its ``max_long_running`` place) for good. So its message is kept (replayed
-        to the application) or, a disconnect, noted; an error is raised to the application.
-        """
-        pending = self.pending
-        if pending is None or self.handed_over or not pending.done() or pending.cancelled():
-            return  # cancelled before it completed: the server still holds its message
-        self.pending = None
-        error = pending.exception()
-        if error is None:
-            self.take(pending.result())
-        elif isinstance(error, Exception):
-            self.error = error
 
 
 async def _call(receive: Receive) -> Message:
@@ -364,7 +335,6 @@ async def wait_watching_disconnect(
         budget.give_back(watcher.messages)
         _cancel(pending)
         raise
-    watcher.take_completed()
     if watcher.messages or watcher.error is not None or pending is not None:
         receive = ReplayReceive(watcher.messages, receive, watcher.error, pending, budget)
     return Waited(entered, rejected, watcher.disconnected, receive)
