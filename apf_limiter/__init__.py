@@ -24,7 +24,7 @@ from apf_limiter.engine._statistics import (
     LimiterStatistics,
     PriorityLevelStatistics,
 )
-from apf_limiter.limiter import Admission, Limiter, ShadowOutcome
+from apf_limiter.limiter import Admission, Limiter, Phase, ShadowOutcome
 
 if TYPE_CHECKING:
     from apf_limiter.asgi import APFMiddleware
@@ -43,6 +43,7 @@ __all__ = [
     "LevelDump",
     "Limiter",
     "LimiterStatistics",
+    "Phase",
     "PriorityLevelStatistics",
     "QueueDump",
     "Rejected",

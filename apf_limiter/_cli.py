@@ -51,6 +51,7 @@ def _problem_line(file: str, problem: ConfigProblem) -> str:
 
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from apf_limiter._errors import ConfigError
+    from apf_limiter.config._changes import describe_enforcement
     from apf_limiter.config._sources import load_source
 
     files: list[str] = args.files
@@ -66,7 +67,8 @@ def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             continue
         levels = _plural(len(config.priority_levels), "priority level")
         schemas = _plural(len(config.flow_schemas), "flow schema")
-        print(f"{file}: OK ({levels}, {schemas})", file=out)
+        mode = describe_enforcement(config)
+        print(f"{file}: OK ({levels}, {schemas}; enforcement {mode})", file=out)
     checked = _plural(len(files), "file")
     if invalid:
         print(

@@ -37,6 +37,7 @@ CONTRACT = [
     "LevelDump",
     "Limiter",
     "LimiterStatistics",
+    "Phase",
     "PriorityLevelStatistics",
     "QueueDump",
     "Rejected",
@@ -124,6 +125,15 @@ def test_each_facade_exports_exactly_its_contract(facade: str) -> None:
     assert len(set(exported)) == len(exported), f"{facade}.__all__ repeats a name"
     for name in exported:
         assert getattr(module, name) is not None, f"{facade}.{name} is missing"
+
+
+def test_admission_phase_is_exported() -> None:
+    # Admission.phase returns it: a caller must be able to compare with its members.
+    from apf_limiter import Limiter, Phase, RequestDigest
+
+    admission = Limiter().admit(RequestDigest(user="u"))
+    assert admission.phase is Phase.NEW
+    assert [phase.value for phase in Phase] == ["new", "queued", "admitted", "ended"]
 
 
 def test_documented_imports_work() -> None:
@@ -327,6 +337,7 @@ def test_importing_the_package_does_not_load_the_configuration_parser() -> None:
     )
     loaded, used = result.stdout.splitlines()
     assert ast.literal_eval(loaded) == [
+        "apf_limiter.config._changes",  # the mode in words, for the log (the model alone)
         "apf_limiter.config._model",
         "apf_limiter.config._names",
         "apf_limiter.config._settings",

@@ -20,7 +20,7 @@ wait. ``lifespan`` passes through.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from apf_limiter._errors import Rejected
 from apf_limiter._warn_once import WarnOnce
@@ -126,11 +126,12 @@ class APFMiddleware:
             408 (as with the deadline). ``None``: no minimum.
         body_rate_grace: The grace period of ``min_body_rate``, in seconds.
         debug_endpoints: Serve the debug endpoints under ``/debug/api_priority_and_fairness/``
-            (bypassing admission), guarded by ``authorize``.
+            (bypassing admission), guarded by ``authorize``; a mapping also turns them on, with
+            ``debug_app``'s options (``{"top_flows": 5, "hash_distinguishers": True}``).
         authorize: ``authorize(scope)``: whether a debug request may be served.
 
     Raises:
-        ValueError: On contradicting or out-of-range arguments.
+        ValueError: On contradicting or out-of-range arguments (debug options included).
         ConfigError: If ``config`` is invalid.
         ImportError: If ``debug_endpoints=True`` but the debug endpoints are not installed.
     """
@@ -160,7 +161,7 @@ class APFMiddleware:
         request_timeout_by_level: Mapping[str, float | None] | None = None,
         min_body_rate: float | None = 240.0,
         body_rate_grace: float = 5.0,
-        debug_endpoints: bool = False,
+        debug_endpoints: bool | Mapping[str, Any] = False,
         authorize: AuthorizeHook | None = None,
     ) -> None:
         if limiter is not None and config is not None:
@@ -212,9 +213,7 @@ class APFMiddleware:
             min_body_rate,
             body_rate_grace,
         )
-        self._debug_app: ASGIApp | None = None
-        if debug_endpoints:
-            self._debug_app = load_debug_app(self._limiter, authorize)
+        self._debug_app = load_debug_app(self._limiter, authorize, debug_endpoints)
 
     @property
     def limiter(self) -> Limiter:
@@ -365,7 +364,7 @@ class APFMiddleware:
         shadow_header = self._shadow_header
         if shadow_header is not None and admission.shadow is not None:
             # Below ours, so that the outcome is read as the response starts.
-            send = shadow_send(send, admission, shadow_header)
+            send = shadow_send(send, admission, shadow_header, self._limiter.clock)
 
         # A plain function handing back the server's awaitable, not a coroutine: no extra
         # frame per message. So the seats go back as the application hands the server its

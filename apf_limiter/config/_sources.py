@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from apf_limiter._errors import ConfigError
+from apf_limiter._errors import ConfigError, ConfigProblem
 from apf_limiter.config._adaptive import read_adaptive
 from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
@@ -52,7 +52,12 @@ from apf_limiter.config._schemas import (
     validate_flow_schema,
 )
 from apf_limiter.config._settings import SETTING_KEYS, read_enforcement, read_settings
-from apf_limiter.config._text import parse_documents, parse_file, read_documents
+from apf_limiter.config._text import (
+    NO_TEXT_DOCUMENT,
+    parse_documents,
+    parse_file,
+    read_documents,
+)
 
 #: What :func:`load_config` accepts: the one definition of a configuration source.
 ConfigSource = (
@@ -138,11 +143,18 @@ def load_file_content(data: bytes, name: str) -> Configuration:
 def load_config_text(text: str, *, format: str = "yaml") -> Configuration:
     """Load and validate a configuration from YAML (possibly multi-document) or JSON text.
 
+    Text that holds no document (empty, or only comments) is refused, as a file is: the
+    empty configuration is written ``{}``.
+
     Raises:
-        ConfigError: If the text cannot be parsed or the configuration is invalid.
+        ConfigError: If the text cannot be parsed, holds no document, or the configuration
+            is invalid.
         ValueError: If ``format`` is not ``"yaml"`` or ``"json"``.
     """
-    return load_documents(parse_documents(text, format))
+    documents = parse_documents(text, format)
+    if all(document is None for document in documents):
+        raise ConfigError([ConfigProblem("", NO_TEXT_DOCUMENT)])
+    return load_documents(documents)
 
 
 def load_documents(documents: Sequence[object]) -> Configuration:

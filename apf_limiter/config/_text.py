@@ -27,6 +27,11 @@ NO_DOCUMENT = (
     "the file holds no configuration: it is empty, or only blank lines, comments, document "
     "markers or null (write {} for a deliberately empty configuration)"
 )
+#: The problem of text (``load_config_text``) that holds no document, as for a file.
+NO_TEXT_DOCUMENT = (
+    "the text holds no configuration: it is empty, or only blank lines, comments, document "
+    "markers or null (pass {} for a deliberately empty configuration)"
+)
 
 
 def read_documents(path: str | os.PathLike[str]) -> list[object]:
@@ -164,7 +169,7 @@ def _parse_yaml(text: str, source: str) -> list[object]:
             if document is not None
         ]
     except yaml.MarkedYAMLError as error:
-        raise ConfigError([ConfigProblem(source, _yaml_message(error))]) from error
+        raise ConfigError([ConfigProblem(source, _yaml_message(error, text))]) from error
     except yaml.YAMLError as error:
         raise ConfigError([ConfigProblem(source, f"invalid YAML: {error}")]) from error
     except (ValueError, RecursionError) as error:
@@ -188,11 +193,28 @@ def _unparsable(error: ValueError | RecursionError) -> str:
     return str(error)
 
 
-def _yaml_message(error: Any) -> str:
+#: Said when a tab sits where YAML wants indentation: PyYAML's own words ("found character
+#: that cannot start any token") do not name it, and a tab looks like spaces in most editors.
+TAB_HINT = "a tab character: YAML indents with spaces only"
+
+
+def _yaml_message(error: Any, text: str) -> str:
     mark = error.problem_mark or error.context_mark
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     detail = error.problem or error.context or "syntax error"
+    if mark is not None and "tab" not in detail and _tab_at(text, mark.line, mark.column):
+        detail = f"{detail} ({TAB_HINT})"
     return f"invalid YAML{where}: {detail}"
+
+
+def _tab_at(text: str, line: int, column: int) -> bool:
+    """Whether the marked place is a tab, or follows one in its line's indentation."""
+    lines = text.splitlines()
+    if not 0 <= line < len(lines):
+        return False
+    content = lines[line]
+    indentation = content[: len(content) - len(content.lstrip(" \t"))]
+    return "\t" in indentation[: column + 1] or content[column : column + 1] == "\t"
 
 
 def _duplicate_checking_loader(yaml: Any, report: Callable[[str], None]) -> Any:

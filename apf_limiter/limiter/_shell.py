@@ -117,11 +117,11 @@ class Shell:
             loaded if adapter is None else adapter.effective(loaded), now
         )
         scheduler.schedule_adaptive(NEVER if adapter is None else adapter.next_update)
-        self._config = loaded
+        previous, self._config = self._config, loaded
         scheduler.set_period(loaded.borrowing_period, now)
         self._wake(effects.dispatched)
         scheduler.arm_borrowing_timer(now)
-        self._reporter.applied_config(loaded)
+        self._reporter.applied_config(loaded, previous)
         for name in effects.quiescing_levels:
             self._reporter.quiescing(name)
         self._report_limits(effects)

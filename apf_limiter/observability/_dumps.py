@@ -38,7 +38,13 @@ from apf_limiter.observability._cut import MAX_CELL_WIDTH as MAX_CELL_WIDTH
 from apf_limiter.observability._cut import cut
 from apf_limiter.observability._goformat import go_duration, rfc3339_nano
 from apf_limiter.observability._tabwriter import tabwrite
-from apf_limiter.observability._top_flows import DEFAULT_TOP, check_top, hash_key, top_flows
+from apf_limiter.observability._top_flows import (
+    DEFAULT_TOP,
+    check_top,
+    hash_key,
+    hide,
+    top_flows,
+)
 
 if TYPE_CHECKING:
     from apf_limiter.engine._dump import LevelDump, RequestDump
@@ -233,6 +239,7 @@ def dump_requests(
     *,
     include_details: bool = False,
     wall_clock_ns: Callable[[], int] = time.time_ns,
+    hash_distinguishers: bool | bytes = False,
 ) -> Dump:
     """One row per waiting or executing request (``dump_requests``).
 
@@ -245,7 +252,14 @@ def dump_requests(
         include_details: Add the request details columns (``?includeRequestDetails=1``).
         wall_clock_ns: The wall clock, in Unix nanoseconds, that the limiter's clock is mapped
             to for the time columns.
+        hash_distinguishers: Show each distinguisher, and the details' user, as ``#`` and 12
+            hex digits of its BLAKE2b hash, as :func:`dump_top_flows` does (``True``
+            unkeyed, or a key of up to 64 bytes); a flow keeps one hash in both dumps.
+
+    Raises:
+        ValueError: If ``hash_distinguishers`` is invalid.
     """
+    key = hash_key(hash_distinguishers)
     columns = REQUEST_COLUMNS + (REQUEST_DETAIL_COLUMNS if include_details else ())
     mono_now = round(limiter.clock.now() * 1e9)
     offset = wall_clock_ns() - mono_now
@@ -257,7 +271,7 @@ def dump_requests(
                 request.flow_schema,
                 queue_index,
                 position,
-                request.distinguisher,
+                hide(request.distinguisher, key),
                 rfc3339_nano(offset + round(request.arrival_time * 1e9)),
                 request.initial_seats,
                 request.final_seats,
@@ -265,7 +279,7 @@ def dump_requests(
                 rfc3339_nano(None if position >= 0 else offset + round(request.start_time * 1e9)),
             )
             if include_details:
-                row += _details(request)
+                row += _details(request, key)
             rows.append(row)
     return Dump(columns, tuple(rows))
 
@@ -280,14 +294,14 @@ def _requests(level: LevelDump) -> Iterator[tuple[int, int, RequestDump]]:
         yield -1, -1, request
 
 
-def _details(request: RequestDump) -> tuple[Cell, ...]:
+def _details(request: RequestDump, key: bytes | None) -> tuple[Cell, ...]:
     digest = request.digest
     if digest is None:
         return ("",) * len(REQUEST_DETAIL_COLUMNS)
     version = str(getattr(digest, "api_version", ""))
     api_version = f"{digest.api_group}/{version}" if digest.api_group else version
     return (
-        digest.user,
+        hide(digest.user, key),
         digest.verb,
         digest.path,
         digest.namespace,
