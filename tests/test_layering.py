@@ -422,8 +422,7 @@ def test_jobs_use_only_the_public_api_of_the_shell() -> None:
     assert not bad, _fail(
         "Rule 3: the jobs front door, like the middleware, reads no `_private` attribute of "
         "another object and imports the shell from apf_limiter.limiter itself.",
-        "give the shell a public method or property for it, and import it from "
-        "apf_limiter.limiter",
+        "give the shell a public method or property for it, and import it from apf_limiter.limiter",
         bad,
     )
 

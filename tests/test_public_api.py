@@ -3,8 +3,9 @@ optional compiled build.
 
 The public API is what the six facades export in ``__all__``: ``apf_limiter``,
 ``apf_limiter.asgi``, ``apf_limiter.config``, ``apf_limiter.jobs``,
-``apf_limiter.observability`` and ``apf_limiter.testing``. Everything else lives in private modules (``_name.py``, without
-``__all__``; tests/test_layering.py checks that). Changing a contract below is changing the API.
+``apf_limiter.observability`` and ``apf_limiter.testing``. Everything else lives in private
+modules (``_name.py``, without ``__all__``; tests/test_layering.py checks that). Changing a
+contract below is changing the API.
 """
 
 from __future__ import annotations

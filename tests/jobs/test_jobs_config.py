@@ -140,7 +140,7 @@ def test_show_prints_the_expansion(tmp_path: Path, capsys: pytest.CaptureFixture
         ),
         (
             {"kinds": ["report/logs"]},
-            "flowSchemas[reports].jobs.kinds[0]: Invalid value: \"report/logs\": must not "
+            'flowSchemas[reports].jobs.kinds[0]: Invalid value: "report/logs": must not '
             "contain '/', '*' or white-space",
         ),
         (
