@@ -17,7 +17,7 @@ docs/internals.md explains the layers. The rules:
 3. **The middleware uses the shell's public API.** ``apf_limiter/asgi/`` reads no ``_private``
    attribute of any object but ``self``/``cls`` (dunders are public), imports no ``_private``
    name from outside ``apf_limiter.asgi``, and imports the shell from ``apf_limiter.limiter``,
-   not from its private modules.
+   not from its private modules. The jobs front door (``apf_limiter/jobs/``) keeps the same rule.
 4. **No import cycles** between the package's modules, counting imports under
    ``if TYPE_CHECKING:`` and inside functions: a cycle that only type checking or a deferred
    import hides is still two modules that need each other. (Importing ``a.b.c`` counts as an
@@ -86,6 +86,7 @@ FACADES = (
     "apf_limiter",
     "apf_limiter.asgi",
     "apf_limiter.config",
+    "apf_limiter.jobs",
     "apf_limiter.observability",
     "apf_limiter.testing",
 )
@@ -404,6 +405,26 @@ def test_middleware_imports_only_public_names_of_the_shell() -> None:
         "apf_limiter.limiter itself (not from its private modules).",
         "give what the middleware needs a public name (a public function of a private module "
         "is fine) and import the shell's names from apf_limiter.limiter",
+        bad,
+    )
+
+
+def test_jobs_use_only_the_public_api_of_the_shell() -> None:
+    bad = [
+        f"{module.where}:{line}: {text}"
+        for module in modules().values()
+        if is_under(module.name, "apf_limiter.jobs")
+        for line, text in _private_accesses(module.tree)
+    ] + [
+        i.describe()
+        for i in imports_of("apf_limiter.jobs")
+        if (is_private(i.name) and not is_under(i.target, "apf_limiter.jobs"))
+        or (is_under(i.target, "apf_limiter.limiter") and i.target != "apf_limiter.limiter")
+    ]
+    assert not bad, _fail(
+        "Rule 3: the jobs front door, like the middleware, reads no `_private` attribute of "
+        "another object and imports the shell from apf_limiter.limiter itself.",
+        "give the shell a public method or property for it, and import it from apf_limiter.limiter",
         bad,
     )
 

@@ -1,10 +1,11 @@
 """The public API contract: the facades' exact exports, docstrings, the typed package, and the
 optional compiled build.
 
-The public API is what the five facades export in ``__all__``: ``apf_limiter``,
-``apf_limiter.asgi``, ``apf_limiter.config``, ``apf_limiter.observability`` and
-``apf_limiter.testing``. Everything else lives in private modules (``_name.py``, without
-``__all__``; tests/test_layering.py checks that). Changing a contract below is changing the API.
+The public API is what the six facades export in ``__all__``: ``apf_limiter``,
+``apf_limiter.asgi``, ``apf_limiter.config``, ``apf_limiter.jobs``,
+``apf_limiter.observability`` and ``apf_limiter.testing``. Everything else lives in private
+modules (``_name.py``, without ``__all__``; tests/test_layering.py checks that). Changing a
+contract below is changing the API.
 """
 
 from __future__ import annotations
@@ -105,12 +106,15 @@ OBSERVABILITY_CONTRACT = [
     "metrics_app",
 ]
 
+JOBS_CONTRACT = ["Job", "admit_with_retry", "guard", "guarded"]
+
 TESTING_CONTRACT = ["FakeClock"]
 
 FACADES = {
     "apf_limiter": CONTRACT,
     "apf_limiter.asgi": ASGI_CONTRACT,
     "apf_limiter.config": CONFIG_CONTRACT,
+    "apf_limiter.jobs": JOBS_CONTRACT,
     "apf_limiter.observability": OBSERVABILITY_CONTRACT,
     "apf_limiter.testing": TESTING_CONTRACT,
 }
