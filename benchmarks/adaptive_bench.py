@@ -87,6 +87,7 @@ def knee(
         "start": start,
         "settled_after": settled,
         "final_limit": result.limits[-1][1],
+        "probes": result.probes,
         "passes": settled is not None and settled <= 60.0,
     }
 
@@ -142,6 +143,7 @@ def change(algorithm: str, capacity: int) -> dict[str, Any]:
         "algorithm": algorithm,
         "halved_back_after": down,
         "recovered_after": up,
+        "probes": result.probes,
         "passes": down is not None and down <= 30.0 and up is not None and up <= 60.0,
     }
 
@@ -157,6 +159,7 @@ def steady(algorithm: str, capacity: int) -> dict[str, Any]:
         "mean_limit": round(sum(limits) / len(limits), 2),
         # Each move of ServerCL re-plans the levels and runs a borrowing adjustment.
         "moves": sum(1 for a, b in itertools.pairwise(limits) if a != b),
+        "probes": result.probes,
         "passes": variation <= 0.10,
     }
 

@@ -36,10 +36,13 @@ PROBE_CHECK: Final = 0.05
 #: a probe confirmed its baseline does not probe again).
 PROBE_TRIGGER: Final = 0.75
 #: Consecutive updates a baseline must stay unseen below the concurrency, with the limit not
-#: pushed down, before a probe: a start that builds up from an idle server sees the lower
-#: concurrency by itself in that time; a server filled at once (a restart under full load)
-#: never does.
+#: pushed down by the algorithm, before a probe: a start that builds up from an idle server
+#: sees the lower concurrency by itself in that time; a server filled at once (a restart
+#: under full load) never does.
 PROBE_AFTER: Final = 10
+#: The algorithm counts as lowering the limit (and no probe is needed) once it has fallen
+#: below this fraction of where those updates began.
+PROBE_FALLING: Final = 0.8
 #: Updates between the end of a probe and the next one: bounds what probing costs.
 PROBE_SPACING: Final = 10
 #: Per update, a gradient may at most halve or double the target.
@@ -172,6 +175,7 @@ class AdaptiveLimit:
         self._next_probe = now
         self._skip = 0  # samples still to drop: of requests that ran before a probe drained
         self._unseen = 0  # consecutive updates that would have probed
+        self._unseen_limit = 0.0  # the learned limit when they began
         self._levels: dict[str, Level] = {}
         self._started = now
         self._concurrency = 0  # at the last update
@@ -249,8 +253,12 @@ class AdaptiveLimit:
         ratio = weighted / total_seats
         self.last_ratio = ratio
         self.updates += 1
-        stuck = unseen and ratio <= settings.tolerance and probe < concurrency
-        self._unseen = self._unseen + 1 if stuck else 0
+        if not (unseen and probe < concurrency):
+            self._unseen = 0
+        elif self._unseen == 0 or self.limit < PROBE_FALLING * self._unseen_limit:
+            self._unseen, self._unseen_limit = 1, self.limit  # (again) from here
+        else:
+            self._unseen += 1  # and the algorithm is not lowering the limit either
         if self._unseen >= PROBE_AFTER and now >= self._next_probe:
             # Nothing lowers the concurrency, and no baseline was seen below it: it may have
             # been learned congested (all clients at once after a restart). Look below.

@@ -355,3 +355,16 @@ def test_a_probe_that_sees_nothing_gives_up_and_a_reload_ends_one() -> None:
     assert _stuck(learned, 0.05, 40)[1] == 20
     learned.configure(AdaptiveConcurrency(initial_limit=100, max_limit=500))
     assert not learned.probing and learned.applied == 100
+
+
+def test_no_probe_while_the_algorithm_is_lowering_the_limit() -> None:
+    # The baseline is unseen below the concurrency, but the ratio reads congestion and the
+    # limit falls update after update: the algorithm is already looking below.
+    learned = AdaptiveLimit(AdaptiveConcurrency(initial_limit=400), 400, now=0.0)
+    _feed(learned, "api", 0.05, 20)
+    learned.update(1.0, seats_in_use=200, waiting=0)
+    for second in range(2, 2 * PROBE_AFTER):
+        _feed(learned, "api", 0.1, 20)
+        learned.update(float(second), seats_in_use=min(200, learned.applied), waiting=100)
+    assert learned.probes == 0
+    assert learned.applied < 100
