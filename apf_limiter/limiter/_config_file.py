@@ -14,6 +14,7 @@ from typing import Final
 
 from apf_limiter._errors import ConfigError
 from apf_limiter.config._model import Configuration
+from apf_limiter.config._text import DEFAULT_MAX_FILE_SIZE
 from apf_limiter.engine._classifier import Classifier
 
 #: What a check compares: device, inode (a file renamed over the old one), size, modification
@@ -29,8 +30,6 @@ _READ_ATTEMPTS: Final = 3
 # interval (a first line, then the rest) is not read half-written; a new file, one.
 _QUIET_IN_PLACE: Final = 2
 _QUIET_NEW_FILE: Final = 1
-#: The largest file read by default (the same as ``load_config``'s).
-DEFAULT_MAX_FILE_SIZE: Final = 4 * 1024 * 1024
 
 
 class Outcome:
