@@ -23,10 +23,10 @@ from apf_limiter._errors import Rejected, RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
+from apf_limiter.config._text import DEFAULT_MAX_FILE_SIZE
 from apf_limiter.engine._dump import EngineDump, dump_engine
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
-from apf_limiter.config._text import DEFAULT_MAX_FILE_SIZE
 from apf_limiter.limiter._config_file import ConfigFile, Outcome
 from apf_limiter.limiter._reload import Reloader
 from apf_limiter.limiter._shell import DEFAULT_MAX_SHADOW_TWINS, Shell
