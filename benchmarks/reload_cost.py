@@ -8,7 +8,8 @@ YAML), in a fresh process each so that peak memory is its own:
 1. the file's size;
 2. the worker thread's part of a reload: reading, parsing and validating
    (``load_file_content``), then building the classifier (``Controller.prepare``), in seconds;
-3. the peak resident memory a load adds (``ru_maxrss`` around the first), in MiB;
+3. the resident memory that adds at its peak (``ru_maxrss``), in MiB, over a limiter already
+   running a configuration of that size;
 4. the limiter thread's part, the event-loop stall: ``Limiter._reconfigure`` with the
    classifier built beforehand (what a reload runs), and, for comparison, ``reconfigure``
    building it on the spot (what a reload did before).
@@ -67,17 +68,17 @@ def measure(count: int) -> dict[str, float]:
     from apf_limiter import Limiter
     from apf_limiter.config._sources import load_file_content
 
-    data = schema_text(count, "-new")
-    # The high-water mark of resident memory: measured around the first load, since a later
-    # one reuses what the first freed.
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     limiter = Limiter(load_file_content(schema_text(count), "apf.yaml"), hash_seed=1)
-    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    data = schema_text(count, "-new")
+    # The high-water mark of resident memory, over a limiter that already runs a configuration
+    # of this size: what a reload adds (a first load's own peak is not counted).
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()
     config = load_file_content(data, "apf.yaml")
     parsed = time.perf_counter()
     classifier = limiter._controller.prepare(config)
     built = time.perf_counter()
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     limiter._reconfigure(config, classifier)
     applied = time.perf_counter()
     again = load_file_content(schema_text(count, "-again"), "apf.yaml")
@@ -89,7 +90,7 @@ def measure(count: int) -> dict[str, float]:
         "file_mib": round(len(data) / 2**20, 2),
         "parse_s": round(parsed - started, 3),
         "build_classifier_s": round(built - parsed, 3),
-        "peak_memory_of_a_load_mib": round((rss_after - rss_before) / 1024, 1),
+        "peak_memory_added_mib": round((rss_after - rss_before) / 1024, 1),
         "apply_stall_s": round(applied - built, 4),
         "apply_stall_building_on_the_loop_s": round(unprepared, 3),
     }
