@@ -51,9 +51,13 @@ from apf_limiter.config._schemas import (
     parse_flow_schema,
     validate_flow_schema,
 )
-from apf_limiter.config._settings import SETTING_KEYS, read_enforcement, read_settings
-from apf_limiter.config._text import (
+from apf_limiter.config._settings import (
     DEFAULT_MAX_FILE_SIZE,
+    SETTING_KEYS,
+    read_enforcement,
+    read_settings,
+)
+from apf_limiter.config._text import (
     check_max_file_size,
     parse_documents,
     parse_file,

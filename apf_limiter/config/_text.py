@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from apf_limiter._errors import ConfigError, ConfigProblem
+from apf_limiter.config._settings import DEFAULT_MAX_FILE_SIZE
 
 FORMATS: tuple[str, ...] = ("yaml", "json")
 _SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
@@ -35,11 +36,6 @@ NO_DOCUMENT = (
 )
 
 
-#: The largest configuration file read by default: 4 MiB, four times what a Kubernetes
-#: ConfigMap (the usual way to mount one) can hold, and room for about 12,000 flow schemas;
-#: loading one that big takes about 75 MiB and a few seconds of a worker thread's CPU
-#: (docs/configuration.md, "Very large configurations").
-DEFAULT_MAX_FILE_SIZE = 4 * 1024 * 1024
 # Not blocking on open: a named pipe swapped in between the stat and the open must not wait for
 # a writer. No controlling terminal from a terminal device either. Both are refused at once.
 _OPEN_FLAGS = (

@@ -14,7 +14,7 @@ from typing import Final
 
 from apf_limiter._errors import ConfigError
 from apf_limiter.config._model import Configuration
-from apf_limiter.config._text import DEFAULT_MAX_FILE_SIZE
+from apf_limiter.config._settings import DEFAULT_MAX_FILE_SIZE
 from apf_limiter.engine._classifier import Classifier
 
 #: What a check compares: device, inode (a file renamed over the old one), size, modification

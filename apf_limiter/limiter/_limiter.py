@@ -22,8 +22,7 @@ from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected, RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
-from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
-from apf_limiter.config._text import DEFAULT_MAX_FILE_SIZE
+from apf_limiter.config._settings import DEFAULT_MAX_FILE_SIZE, MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.engine._dump import EngineDump, dump_engine
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission

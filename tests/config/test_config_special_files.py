@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from apf_limiter import ConfigError, Limiter, load_config
-from apf_limiter.config._text import DEFAULT_MAX_FILE_SIZE
+from apf_limiter.config._settings import DEFAULT_MAX_FILE_SIZE
 from tests.helpers import single_level_config
 
 _TEXT = json.dumps(single_level_config(limit=3))
