@@ -15,7 +15,7 @@ from typing import Final
 from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import Configuration, PriorityLevel
 from apf_limiter.engine._borrowing import compute_borrowing
-from apf_limiter.engine._classifier import Classifier
+from apf_limiter.engine._classifier import Classifier, classifier_for
 from apf_limiter.engine._concurrency import plan_levels
 from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._effects import NO_EFFECTS, Effects, limit_changes
@@ -61,16 +61,20 @@ class Controller:
         self.classifier = Classifier(
             config.flow_schemas, hash_seed=hash_seed, imagined=config.imagined_flow_schemas
         )
-        self._apply(config, now)
+        self._apply(config, now, None)
 
     # ----------------------------------------------------------------------------------------
     # configuration
 
-    def apply(self, config: Configuration, now: float) -> Effects:
+    def prepare(self, config: Configuration) -> Classifier:
+        """The classifier of ``config``, for :meth:`apply`; reads nothing live (any thread)."""
+        return classifier_for(config.flow_schemas, config.imagined_flow_schemas, self.hash_seed)
+
+    def apply(self, config: Configuration, now: float, ready: Classifier | None = None) -> Effects:
         """Digest a (validated) configuration atomically, then run a borrowing adjustment.
 
         Changed levels reconfigure their queue sets; removed busy levels quiesce; a level that
-        reappears is reused; flow schemas are re-sorted.
+        reappears is reused; flow schemas are re-sorted (unless ``ready`` is :meth:`prepare`'s).
 
         Returns:
             The requests dispatched, the limits moved and the levels now quiescing.
@@ -81,7 +85,7 @@ class Controller:
         """
         limits = self._limits()
         quiescing = {name for name, state in self.levels.items() if state.quiescing}
-        dispatched = self._apply(config, now)
+        dispatched = self._apply(config, now, ready)
         newly_quiescing = sorted(name for name, state in self.levels.items() if state.quiescing)
         return Effects(
             dispatched,
@@ -89,12 +93,11 @@ class Controller:
             quiescing_levels=[name for name in newly_quiescing if name not in quiescing],
         )
 
-    def _apply(self, config: Configuration, now: float) -> list[Request]:
+    def _apply(self, config: Configuration, now: float, ready: Classifier | None) -> list[Request]:
         """:meth:`apply`, returning only the requests dispatched."""
         check_level_references(config)
-        classifier = Classifier(
-            config.flow_schemas, hash_seed=self.hash_seed, imagined=config.imagined_flow_schemas
-        )
+        schemas, imagined = config.flow_schemas, config.imagined_flow_schemas
+        classifier = classifier_for(schemas, imagined, self.hash_seed, (ready, self.classifier))
         configs: dict[str, PriorityLevel] = {pl.name: pl for pl in config.priority_levels}
         kept: dict[str, LevelState | None] = {name: self.levels.get(name) for name in configs}
         for name, state in self.levels.items():
@@ -376,7 +379,7 @@ class Controller:
         # Kubernetes re-queues a full config sync; shares and limits are recomputed without it.
         limits = self._limits()
         result = list(dispatched)
-        result.extend(self._apply(self.config, now))
+        result.extend(self._apply(self.config, now, None))
         removed = sorted(set(limits) - set(self.levels))
         return Effects(result, limit_changes(limits, self._limits()), removed)
 

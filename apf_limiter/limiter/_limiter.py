@@ -13,6 +13,7 @@ timer.
 
 from __future__ import annotations
 
+import logging
 from os import PathLike
 from typing import TYPE_CHECKING
 
@@ -21,15 +22,18 @@ from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected, RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
-from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
+from apf_limiter.config._settings import DEFAULT_MAX_FILE_SIZE, MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
-from apf_limiter.limiter._reload import ConfigFile, Reloader
+from apf_limiter.limiter._config_file import ConfigFile, Outcome
+from apf_limiter.limiter._reload import Reloader
 from apf_limiter.limiter._shell import DEFAULT_MAX_SHADOW_TWINS, Shell
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
+
+logger = logging.getLogger("apf_limiter")
 
 
 def check_wait_limit(wait_limit: float) -> None:
@@ -92,6 +96,7 @@ class Limiter(Shell):
         hash_seed: int | None = None,
         observer: Observer | None = None,
         max_shadow_twins: int = DEFAULT_MAX_SHADOW_TWINS,
+        max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     ) -> Limiter:
         """Create a limiter from a YAML or JSON file, optionally reloading it when it changes.
 
@@ -99,22 +104,39 @@ class Limiter(Shell):
         on the next call into the limiter (no background task). The check runs on a worker
         thread (one at a time), so requests never wait for a file to be read or parsed: it
         compares the file's stat (inode, size, modification and change times) with the last
-        one, and reads and parses the file only once a new stat has stayed the same for one
-        check, so that a file caught half-written is not applied; a later call applies the
-        result with :meth:`reconfigure`. A change is thus applied one to two intervals after
-        it was written. Content the same as the running configuration's is not applied
-        again; a file that fails to load, or holds no document (empty, or only comments), is
-        logged at ERROR with all its problems and the running configuration is kept.
-        :meth:`reload` reads the file at once; :meth:`close` stops the checks.
+        one, and reads, parses and builds the configuration only once a new stat has stayed
+        the same for one check (a file renamed over the old one) or two (the same file
+        written in place), so that a file caught half-written is not applied; a later call
+        applies the result, which is the engine's atomic swap alone. A change is thus applied
+        one to two intervals after it was written (two to three in place). Content the same
+        as the running configuration's is not applied again; a file that fails to load, holds
+        no document (empty, or only comments), is not a regular file (a named pipe, a
+        device, a directory) or is bigger than ``max_file_size`` is logged at ERROR with all
+        its problems and the running configuration is kept. :meth:`reload` reads the file at
+        once; :meth:`close` stops the checks.
+
+        Args:
+            path: The YAML or JSON file.
+            reload: Whether to check the file for changes.
+            reload_interval: Seconds between checks.
+            clock: As for :class:`Limiter`.
+            hash_seed: As for :class:`Limiter`.
+            observer: As for :class:`Limiter`.
+            max_shadow_twins: As for :class:`Limiter`.
+            max_file_size: The largest file read, in bytes (4 MiB by default), at start and
+                at every reload.
 
         Raises:
-            ConfigError: If the file does not load at start (one holding no document
-                included).
-            ValueError: If ``reload_interval`` is not positive (with ``reload=True``).
+            ConfigError: If the file does not load at start (one holding no document, not a
+                regular file or too big included).
+            ValueError: If ``reload_interval`` is not positive (with ``reload=True``), or
+                ``max_file_size`` not a positive integer.
         """
         if reload and not reload_interval > 0:
             raise ValueError(f"reload_interval must be positive, got {reload_interval!r}")
-        file = ConfigFile(path, reload_interval if reload else 0.0)
+        if type(max_file_size) is not int or max_file_size <= 0:
+            raise ValueError(f"max_file_size must be a positive integer, got {max_file_size!r}")
+        file = ConfigFile(path, reload_interval if reload else 0.0, max_file_size)
         # Read once, and the configuration is loaded from that very content: what the file
         # held then is what a later check compares with.
         limiter = cls(
@@ -124,11 +146,47 @@ class Limiter(Shell):
             observer=observer,
             max_shadow_twins=max_shadow_twins,
         )
-        reloader = Reloader(file, limiter._scheduler, limiter._apply_file)
+        reloader = Reloader(
+            file, limiter._scheduler, limiter._apply_file, limiter._controller.prepare
+        )
         limiter._reloader = reloader
         if reload:
             reloader.watch(limiter._clock.now())
         return limiter
+
+    def reload(self) -> bool:
+        """Reload the configuration file now if it changed (``from_file`` limiters).
+
+        The file is read and parsed on the calling thread, at once (a check in flight on the
+        worker thread is waited for, and applied, first). Content that is the same as the
+        running configuration's is not applied again.
+
+        Returns:
+            Whether a new configuration was applied. A file that fails to load (or holds no
+            document) is logged with all its problems and leaves the running configuration in
+            force; so does a file that kept changing while it was read.
+
+        Raises:
+            RuntimeError: If the limiter was not created with :meth:`from_file`.
+        """
+        if self._reloader is None:
+            raise RuntimeError("reload() needs a limiter created with Limiter.from_file()")
+        return self._reloader.reload()
+
+    def _apply_file(self, outcome: Outcome) -> bool:
+        """Act on what a check of the configuration file found; whether it was applied."""
+        path = self._reloader.file.path if self._reloader is not None else ""
+        if outcome.failure is not None:
+            logger.error("reloading %s failed", path, exc_info=outcome.failure)
+            return False
+        if outcome.config is None:
+            if outcome.error is not None:
+                self._reporter.rejected_config(outcome.error, source=path)
+            return False
+        # Parsed, validated and its classifier built on the worker thread: what is left is
+        # the engine's swap.
+        self._reconfigure(outcome.config, outcome.classifier)
+        return True
 
     @property
     def config(self) -> Configuration:

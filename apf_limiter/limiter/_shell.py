@@ -19,11 +19,12 @@ from apf_limiter._clock import Clock, RealClock, Timer, Wakeable, new_waiter
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import ConfigError, Rejected
 from apf_limiter.config._model import Configuration
+from apf_limiter.engine._classifier import Classifier
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._effects import NO_EFFECTS, Effects
 from apf_limiter.engine._request import Request, RequestState
 from apf_limiter.limiter._adapting import adapter_for
-from apf_limiter.limiter._reload import Outcome, Reloader
+from apf_limiter.limiter._reload import Reloader
 from apf_limiter.limiter._reporter import Reporter
 from apf_limiter.limiter._scheduler import NEVER, Scheduler
 
@@ -104,6 +105,10 @@ class Shell:
         Raises:
             ConfigError: If the configuration is invalid.
         """
+        self._reconfigure(config, None)
+
+    def _reconfigure(self, config: ConfigSource, ready: Classifier | None) -> None:
+        """:meth:`reconfigure` (``ready``: the classifier of ``config``, built beforehand)."""
         try:
             loaded = load_configuration(config)
         except ConfigError as exc:
@@ -114,7 +119,7 @@ class Shell:
         scheduler.catch_up(now)
         self._adapter = adapter = adapter_for(loaded, self._adapter, now)
         effects = self._controller.apply(
-            loaded if adapter is None else adapter.effective(loaded), now
+            loaded if adapter is None else adapter.effective(loaded), now, ready
         )
         scheduler.schedule_adaptive(NEVER if adapter is None else adapter.next_update)
         previous, self._config = self._config, loaded
@@ -125,39 +130,6 @@ class Shell:
         for name in effects.quiescing_levels:
             self._reporter.quiescing(name)
         self._report_limits(effects)
-
-    def reload(self) -> bool:
-        """Reload the configuration file now if it changed (``from_file`` limiters).
-
-        The file is read and parsed on the calling thread, at once (a check in flight on the
-        worker thread is waited for, and applied, first). Content that is the same as the
-        running configuration's is not applied again.
-
-        Returns:
-            Whether a new configuration was applied. A file that fails to load (or holds no
-            document) is logged with all its problems and leaves the running configuration in
-            force; so does a file that kept changing while it was read.
-
-        Raises:
-            RuntimeError: If the limiter was not created with :meth:`from_file`.
-        """
-        if self._reloader is None:
-            raise RuntimeError("reload() needs a limiter created with Limiter.from_file()")
-        return self._reloader.reload()
-
-    def _apply_file(self, outcome: Outcome) -> bool:
-        """Act on what a check of the configuration file found; whether it was applied."""
-        path = self._reloader.file.path if self._reloader is not None else ""
-        if outcome.failure is not None:
-            logger.error("reloading %s failed", path, exc_info=outcome.failure)
-            return False
-        if outcome.config is None:
-            if outcome.error is not None:
-                self._reporter.rejected_config(outcome.error, source=path)
-            return False
-        # Parsed and validated on the worker thread: what is left is engine work.
-        self.reconfigure(outcome.config)
-        return True
 
     def _arrive(self, digest: RequestDigest) -> Request:
         """Start a request: on return it executes, waits, or was rejected (nothing reported)."""
