@@ -9,47 +9,34 @@ from __future__ import annotations
 
 from apf_limiter.asgi._types import Message, Receive, Scope
 from apf_limiter.asgi._waiting import body_expected
-from apf_limiter.gate import BodyClock, Ticket
+from apf_limiter.gate import Ticket
 
 
-class TimedReceive:
-    """The application's ``receive`` of a tracked HTTP request.
+async def timed_receive(ticket: Ticket, scope: Scope, receive: Receive) -> Message:
+    """Receive the next message, against the deadline the minimum rate gives this wait.
 
-    Whether the request has a body is looked up at the first call, so that a request whose
-    body is never read (most ``GET`` requests) pays nothing for it.
+    The middleware hands the application ``functools.partial(timed_receive, ticket, scope,
+    receive)``: no object of its own per request. Whether the request has a body is looked
+    up at each call until its clock exists, so that a request whose body is never read (most
+    ``GET`` requests) pays nothing for it.
     """
-
-    __slots__ = ("ticket", "scope", "server_receive", "clock", "looked_up")
-
-    def __init__(self, ticket: Ticket, scope: Scope, receive: Receive) -> None:
-        self.ticket = ticket
-        self.scope = scope
-        self.server_receive = receive
-        self.clock: BodyClock | None = None
-        self.looked_up = False
-
-    async def __call__(self) -> Message:
-        """Receive the next message, against the deadline the minimum rate gives this wait."""
-        clock = self.clock
+    clock = ticket.body
+    if clock is None:
+        if not body_expected(scope):
+            return await receive()
+        clock = ticket.body_clock()
         if clock is None:
-            if self.looked_up:
-                return await self.server_receive()
-            self.looked_up = True
-            if not body_expected(self.scope):
-                return await self.server_receive()
-            clock = self.clock = self.ticket.body_clock()
-            if clock is None:
-                return await self.server_receive()
-        if clock.complete:
-            return await self.server_receive()
-        clock.waiting()
-        try:
-            message = await self.server_receive()
-        except BaseException:
-            clock.received(0, complete=False)
-            raise
-        clock.received(
-            len(message.get("body") or b""),
-            complete=message.get("type") != "http.request" or not message.get("more_body", False),
-        )
-        return message
+            return await receive()
+    if clock.complete:
+        return await receive()
+    clock.waiting()
+    try:
+        message = await receive()
+    except BaseException:
+        clock.received(0, complete=False)
+        raise
+    clock.received(
+        len(message.get("body") or b""),
+        complete=message.get("type") != "http.request" or not message.get("more_body", False),
+    )
+    return message

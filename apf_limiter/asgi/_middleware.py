@@ -16,11 +16,12 @@ passes through.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from apf_limiter._errors import Rejected
 from apf_limiter._warn_once import WarnOnce
-from apf_limiter.asgi._body_rate import TimedReceive
+from apf_limiter.asgi._body_rate import timed_receive
 from apf_limiter.asgi._classify import Classifier
 from apf_limiter.asgi._debug import is_debug_path, load_debug_app
 from apf_limiter.asgi._identity import default_identify, route_path
@@ -36,7 +37,6 @@ from apf_limiter.asgi._responses import (
     send_client_gone,
     send_expired,
     send_rejection,
-    with_headers,
 )
 from apf_limiter.asgi._routes import RouteLookup
 from apf_limiter.asgi._settings import (
@@ -201,7 +201,7 @@ class APFMiddleware:
         if digest.seats is not None and seats_clamped(digest, ticket.admission):
             warn_clamped(self._warn, scope, source, digest, ticket.admission)
         if ticket.tracked and self._times_bodies and kind == "http":
-            receive = TimedReceive(ticket, scope, receive)  # timed if there is a body
+            receive = partial(timed_receive, ticket, scope, receive)  # timed if it has a body
         replay: ReplayReceive | None = None  # set only for a request that waited
         error: BaseException | None = None
         try:
@@ -214,8 +214,46 @@ class APFMiddleware:
                 state = scope.get("state")
                 if state is None:
                     state = scope["state"] = {}
-                state["apf"] = ticket.admission
-                await self.app(scope, app_receive, self._sender(send, ticket))
+                admission = state["apf"] = ticket.admission
+                # The send of the application, built here rather than by a method: one call
+                # less per request.
+                extra = None
+                if self._headers_enabled:
+                    key = (ticket.flow_schema, ticket.priority_level)
+                    extra = self._headers.cache.get(key) or self._headers.headers(*key)
+                if self._queue_wait_header is not None:  # after the wait: it is final
+                    extra = [*(extra or ()), queue_wait_pair(self._queue_wait_header, ticket)]
+                server_send = send
+                if self._shadow_header is not None and admission.shadow is not None:
+                    # Below ours, so that the outcome is read as the response starts.
+                    server_send = shadow_send(send, ticket, self._shadow_header)
+
+                # A plain function handing back the server's awaitable, not a coroutine: no
+                # extra frame per message. So the seats go back as the application hands the
+                # server its last body message (or, long-running, its response start), just
+                # before the server writes it; an error in that write changes nothing.
+                def send_and_release(message: Message) -> Awaitable[None]:
+                    kind = message["type"]
+                    if ticket.reason is not None:
+                        return DROPPED  # expired: being cancelled, nothing more goes out
+                    if kind == "http.response.body":  # the common message first
+                        if not message.get("more_body", False):
+                            admission.release()
+                        return server_send(message)
+                    if kind in STARTS:
+                        # Tracked until the response starts even if long-running.
+                        ticket.response_started(kind == "websocket.accept")
+                        if extra:
+                            headers = [*message.get("headers", ()), *extra]
+                            return server_send({**message, "headers": headers})
+                        return server_send(message)
+                    if (
+                        kind == "http.response.zerocopysend" and not message.get("more_body", False)
+                    ) or kind == "http.response.pathsend":
+                        admission.release()
+                    return server_send(message)
+
+                await self.app(scope, app_receive, send_and_release)
         except BaseException as exc:
             error = exc
         finally:
@@ -280,42 +318,6 @@ class APFMiddleware:
     async def _reject(self, scope: Scope, receive: Receive, send: Send, rejected: Rejected) -> None:
         headers = self._headers.headers(rejected.flow_schema, rejected.priority_level)
         await send_rejection(scope, receive, send, rejected, headers, self._on_reject)
-
-    def _sender(self, send: Send, ticket: Ticket) -> Send:
-        extra = None
-        if self._headers_enabled:
-            extra = self._headers.headers(ticket.flow_schema, ticket.priority_level)
-        if self._queue_wait_header is not None:  # after the wait: the queue wait is final
-            extra = [*(extra or ()), queue_wait_pair(self._queue_wait_header, ticket)]
-        shadow_header = self._shadow_header
-        if shadow_header is not None and ticket.admission.shadow is not None:
-            # Below ours, so that the outcome is read as the response starts.
-            send = shadow_send(send, ticket, shadow_header)
-        admission = ticket.admission
-
-        # A plain function handing back the server's awaitable, not a coroutine: no extra
-        # frame per message. So the seats go back as the application hands the server its
-        # last body message (or, long-running, its response start), just before the server
-        # writes it; an error in that write changes nothing, release is idempotent.
-        def send_and_release(message: Message) -> Awaitable[None]:
-            kind = message["type"]
-            if ticket.reason is not None:
-                return DROPPED  # expired: being cancelled, nothing more goes out
-            if kind == "http.response.body":  # the common message first
-                if not message.get("more_body", False):
-                    admission.release()
-                return send(message)
-            if kind in STARTS:
-                # Tracked until the response starts even if long-running: it held seats.
-                ticket.response_started(stream=kind == "websocket.accept")
-                return send(with_headers(message, extra) if extra else message)
-            if (
-                kind == "http.response.zerocopysend" and not message.get("more_body", False)
-            ) or kind == "http.response.pathsend":
-                admission.release()
-            return send(message)
-
-        return send_and_release
 
     def __repr__(self) -> str:
         return f"<APFMiddleware {self._limiter!r} app={self.app!r}>"

@@ -49,13 +49,14 @@ class HeaderNames:
         priority_level: Name of the header carrying the priority level, or ``None``.
     """
 
-    __slots__ = ("flow_schema", "priority_level", "_cache")
+    __slots__ = ("flow_schema", "priority_level", "cache")
 
     def __init__(self, flow_schema: str | None, priority_level: str | None) -> None:
         self.flow_schema = header_name(flow_schema)
         self.priority_level = header_name(priority_level)
         # (schema, level) -> pairs; bounded by the configurations' schemas times levels.
-        self._cache: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
+        # Read directly by the middleware's hot path, then :meth:`headers` on a miss.
+        self.cache: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -65,11 +66,11 @@ class HeaderNames:
     def headers(self, flow_schema: str, priority_level: str) -> list[tuple[bytes, bytes]]:
         """The header pairs naming a request's flow schema and priority level (do not mutate)."""
         key = (flow_schema, priority_level)
-        pairs = self._cache.get(key)
+        pairs = self.cache.get(key)
         if pairs is None:
-            pairs = self._cache[key] = self._encode(flow_schema, priority_level)
-            if len(self._cache) > 4096:  # names come from configurations, but stay bounded
-                self._cache.clear()
+            if len(self.cache) >= 4096:  # names come from configurations, but stay bounded
+                self.cache.clear()
+            pairs = self.cache[key] = self._encode(flow_schema, priority_level)
         return pairs
 
     def _encode(self, flow_schema: str, priority_level: str) -> list[tuple[bytes, bytes]]:

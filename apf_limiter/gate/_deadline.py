@@ -31,12 +31,11 @@ import heapq
 import logging
 import math
 import time
-from asyncio import current_task, get_running_loop
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
-from apf_limiter._clock import Clock, RealClock, Timer, current_loop
+from apf_limiter._clock import Clock, RealClock, Timer
 from apf_limiter.gate._ticket import BODY, DEADLINE, BodyClock, Ticket
 
 logger = logging.getLogger("apf_limiter")
@@ -83,50 +82,6 @@ class Deadlines:
         self._sequence = 0
         self._timer: Timer | None = None
         self._timer_at = _INF
-
-    def track(self, ticket: Ticket, timeout: float | None) -> None:
-        """Start tracking a request that was just started (queued or admitted), if need be.
-
-        Args:
-            ticket: The request's ticket, untracked.
-            timeout: The request's own deadline, or ``None`` for the level's or the default.
-        """
-        if timeout is None:
-            timeout = self._default
-            if self._levels:
-                timeout = self._levels.get(ticket.priority_level, timeout)
-        if timeout == _INF and self._min_rate is None:
-            return
-        try:
-            loop: Any = get_running_loop()
-        except RuntimeError:  # trio
-            loop = current_loop()
-            task = None
-        else:
-            task = current_task(loop)  # with the loop: asyncio would look it up again
-        if loop is not self._loop:
-            self._reset(loop)
-        now = self.now()
-        deadline = now + timeout
-        ticket.task = task
-        ticket.arrival = now
-        ticket.deadline = deadline
-        ticket.tracked = True
-        if task is None:  # trio: a scope of its own, cancelled by the timer
-            import trio
-
-            cancel_scope = ticket.cancel_scope = trio.CancelScope()
-            cancel_scope.__enter__()  # exited by Ticket.end, in this task
-        if deadline != _INF:
-            if timeout == self._default:
-                fifo = self.fifo
-                fifo.append(ticket)  # arrival order is deadline order: the head is due first
-                if len(fifo) > self._compact_at:
-                    self._compact()
-            else:
-                self._push(deadline, ticket, DEADLINE)
-            if deadline < self._timer_at:
-                self._arm(deadline, now)
 
     def body_clock(self, ticket: Ticket) -> BodyClock | None:
         """A clock for the body of a request, if the minimum rate applies (one per ticket)."""

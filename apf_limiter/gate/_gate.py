@@ -21,18 +21,22 @@ See ``docs/gate.md``.
 
 from __future__ import annotations
 
+import math
+from asyncio import current_task, get_running_loop
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
+from apf_limiter._clock import current_loop
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected
 from apf_limiter.gate._deadline import Deadlines
 from apf_limiter.gate._long_running import LongRunningCaps
 from apf_limiter.gate._options import SlowClients
-from apf_limiter.gate._ticket import Ticket
+from apf_limiter.gate._ticket import DEADLINE, Ticket
 from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
 _DEFAULT_SLOW_CLIENTS: Final = SlowClients()
+_INF: Final = math.inf
 
 
 class Gate(Deadlines):
@@ -128,11 +132,48 @@ class Gate(Deadlines):
                 self.leave(counted)
             raise
         ticket = Ticket(self, admission, admitted, long_running, counted)
+        # The deadline, inline (every request comes here): one shared timer per event loop.
+        timeout = request_timeout
+        if timeout is None:
+            timeout = self._default
+            if self._levels:
+                timeout = self._levels.get(ticket.priority_level, timeout)
+        if timeout == _INF and self._min_rate is None:
+            return ticket  # neither a deadline nor the body rate applies
         try:
-            self.track(ticket, request_timeout)
+            try:
+                loop: Any = get_running_loop()
+            except RuntimeError:  # trio
+                loop = current_loop()
+                task = None
+            else:
+                task = current_task(loop)  # with the loop: asyncio would look it up again
+            if loop is not self._loop:
+                self._reset(loop)
+            now = self.now()
+            deadline = now + timeout
+            ticket.task = task
+            ticket.arrival = now
+            ticket.deadline = deadline
+            ticket.tracked = True
+            if task is None:  # trio: a scope of its own, cancelled by the timer
+                import trio
+
+                cancel_scope = ticket.cancel_scope = trio.CancelScope()
+                cancel_scope.__enter__()  # exited by Ticket.end, in this task
         except BaseException:
             ticket.end(None)  # no event loop it knows, say: the seats go back
             raise
+        if deadline != _INF:
+            if timeout == self._default:
+                fifo = self.fifo
+                fifo.append(ticket)  # arrival order is deadline order: the head is due first
+                if len(fifo) > self._compact_at:
+                    self._compact()
+            else:
+                self._push(deadline, ticket, DEADLINE)
+            if deadline < self._timer_at:
+                self._arm(deadline, now)
         return ticket
 
     def leave(self, schema: str) -> None:

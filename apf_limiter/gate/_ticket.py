@@ -157,7 +157,7 @@ class Ticket:
         self.disarm()
         self.admission.release(ran=False)
 
-    def response_started(self, *, stream: bool = False) -> None:
+    def response_started(self, stream: bool = False) -> None:
         """The response (or stream) started: the seats of a long-running request go back.
 
         Args:
@@ -202,38 +202,37 @@ class Ticket:
             and ``error`` is ``None`` or the cancellation that expiring caused (anything else
             is the front door's to propagate).
         """
+        # One method, not two: every request ends here. The tracking ends first (a trio
+        # cancel scope must be exited whatever follows), then the seats and the cap place.
         try:
-            return self._finish(error)
+            if self.tracked:
+                self.tracked = False
+                # Drop the finished tickets at the head of the FIFO: requests mostly end in
+                # the order they came, so it stays about as long as the requests in flight.
+                fifo = self.tracker.fifo
+                while fifo and not fifo[0].tracked:
+                    fifo.popleft()
+            cancel_scope = self.cancel_scope
+            if cancel_scope is not None:  # trio: the scope swallows the cancellation it caused
+                self.cancel_scope = None
+                if error is None:
+                    cancel_scope.__exit__(None, None, None)
+                elif not cancel_scope.__exit__(type(error), error, error.__traceback__):
+                    return False
+                return self.reason is not None
+            if self.reason is None:
+                return False
+            task = self.task
+            self.task = None
+            remaining = task.uncancel() if task is not None else 0
+            # Another cancellation (the server's) came too: that one wins.
+            return error is None or (isinstance(error, CancelledError) and remaining == 0)
         finally:
             self.admission.release()
             counted = self.counted
             if counted is not None:
                 self.counted = None
                 self.tracker.leave(counted)
-
-    def _finish(self, error: BaseException | None) -> bool:
-        if self.tracked:
-            self.tracked = False
-            # Drop the finished tickets at the head of the FIFO: requests mostly end in the
-            # order they came, so it stays about as long as the requests in flight.
-            fifo = self.tracker.fifo
-            while fifo and not fifo[0].tracked:
-                fifo.popleft()
-        cancel_scope = self.cancel_scope
-        if cancel_scope is not None:  # trio: the scope swallows the cancellation it caused
-            self.cancel_scope = None
-            if error is None:
-                cancel_scope.__exit__(None, None, None)
-            elif not cancel_scope.__exit__(type(error), error, error.__traceback__):
-                return False
-            return self.reason is not None
-        if self.reason is None:
-            return False
-        task = self.task
-        self.task = None
-        remaining = task.uncancel() if task is not None else 0
-        # Another cancellation (the server's) came too: that one wins.
-        return error is None or (isinstance(error, CancelledError) and remaining == 0)
 
 
 class BodyClock:

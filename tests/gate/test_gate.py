@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -154,12 +154,11 @@ def test_the_gate_is_protocol_neutral() -> None:
 
 
 async def test_the_custom_front_door_example_over_loopback() -> None:
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    sys.path.insert(0, str(examples))
-    try:
-        import custom_front_door as example
-    finally:
-        sys.path.remove(str(examples))
+    path = Path(__file__).resolve().parents[2] / "examples" / "custom_front_door.py"
+    spec = importlib.util.spec_from_file_location("apf_example_custom_front_door", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
     gate = Gate(Limiter(level_config(limit=1, queues=1, hand_size=1, queue_length_limit=1)))
     server = await example.start_server(gate)
     port = server.sockets[0].getsockname()[1]
