@@ -142,6 +142,7 @@ class APFMiddleware:
             slow_clients=slow_clients if slow_clients is not None else SlowClients(),
             max_long_running=max_long_running,
         )
+        self._start = self._gate.start  # bound once: every request calls it
         # Wiring mistakes seen in requests, each warned about once (apf_limiter.asgi._mistakes).
         self._warn = WarnOnce()
         identify = hooks.identify
@@ -194,7 +195,7 @@ class APFMiddleware:
             classified = await classified  # a hook returned an awaitable
         digest, long_running, timeout, source = classified
         try:
-            ticket = self._gate.start(digest, long_running, timeout)  # never waits
+            ticket = self._start(digest, long_running, timeout)  # never waits
         except Rejected as rejected:
             await self._reject(scope, receive, send, rejected)
             return
