@@ -10,7 +10,7 @@ maps its protocol onto the same few calls::
 
     async def handle(request):
         try:
-            ticket = gate.start(RequestDigest(verb="post", path=request.method))
+            ticket = gate.start(RequestDigest(verb="post", path=request.method))  # never waits
         except Rejected as rejected:
             return refuse(rejected.reason, rejected.retry_after)
         error = None
@@ -18,13 +18,16 @@ maps its protocol onto the same few calls::
             if not ticket.admitted:
                 await ticket.wait()  # cancel this task when the client leaves
             ticket.response_started()
-            return await run(request)
+            result = await run(request)
         except BaseException as exc:
             error = exc
-            raise
         finally:
-            if ticket.end(error):
-                ...  # expired: ticket.reason is DEADLINE or BODY
+            expired = ticket.end(error)  # once, however the work ended
+        if expired:
+            return timed_out(ticket.reason)  # DEADLINE or BODY: the gate cancelled the work
+        if error is not None:
+            raise error
+        return result
 
 See ``docs/gate.md``.
 """
