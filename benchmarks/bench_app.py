@@ -44,7 +44,7 @@ from starlette.routing import Route
 
 from apf_limiter import Limiter
 from apf_limiter._demo.app import SemaphoreMiddleware, bearer_identity, demo_config
-from apf_limiter.asgi import APFMiddleware
+from apf_limiter.asgi import APFMiddleware, IdentityHooks
 from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 from apf_limiter.config._defaults import default_configuration
 
@@ -234,7 +234,7 @@ def hello_apf() -> ASGIApp:
 
 def hello_apf_no_headers() -> ASGIApp:
     """The hello-world app behind APFMiddleware, built-in configuration, no APF headers."""
-    middleware = APFMiddleware(_hello_app(), response_headers=False)
+    middleware = APFMiddleware(_hello_app(), headers=None)
     return _BenchRoutes(middleware, middleware.limiter)
 
 
@@ -297,7 +297,9 @@ def work_apf() -> ASGIApp:
     """``/work`` behind one APF level of ``APF_BENCH_CAPACITY`` seats, fair per user."""
     config = demo_config(_capacity(), queue_length_limit=50)
     config["requestWaitLimit"] = 60
-    middleware = APFMiddleware(_work, config=config, identify=bearer_identity)
+    middleware = APFMiddleware(
+        _work, config=config, identity=IdentityHooks(identify=bearer_identity)
+    )
     return _BenchRoutes(_Arrival(middleware), middleware.limiter)
 
 
@@ -327,7 +329,9 @@ def pool_apf() -> ASGIApp:
     config["requestWaitLimit"] = 60
     if os.environ.get("APF_BENCH_ADAPTIVE") == "1":
         config["adaptiveConcurrency"] = {"minLimit": 2, "maxLimit": 1000}
-    middleware = APFMiddleware(work, config=config, identify=bearer_identity)
+    middleware = APFMiddleware(
+        work, config=config, identity=IdentityHooks(identify=bearer_identity)
+    )
     return _BenchRoutes(middleware, middleware.limiter)
 
 
@@ -378,5 +382,7 @@ def soak() -> ASGIApp:
     capacity = int(os.environ.get("APF_BENCH_CAPACITY") or 4)
     wait_limit = float(os.environ.get("APF_BENCH_WAIT_LIMIT") or 0.05)
     config = soak_config(capacity, wait_limit)
-    middleware = APFMiddleware(_soak_endpoint, config=config, identify=bearer_identity)
+    middleware = APFMiddleware(
+        _soak_endpoint, config=config, identity=IdentityHooks(identify=bearer_identity)
+    )
     return _BenchRoutes(middleware, middleware.limiter)

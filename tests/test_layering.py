@@ -66,6 +66,7 @@ ENGINE_FORBIDDEN_MODULES = (
     "apf_limiter.limiter",
     "apf_limiter._clock",
     "apf_limiter._observer",
+    "apf_limiter.gate",
     "apf_limiter.asgi",
     "apf_limiter.observability",
     "apf_limiter._cli",
@@ -85,6 +86,7 @@ OBSERVABILITY_ENGINE_MODULES = (
 FACADES = (
     "apf_limiter",
     "apf_limiter.asgi",
+    "apf_limiter.gate",
     "apf_limiter.config",
     "apf_limiter.jobs",
     "apf_limiter.observability",
@@ -301,6 +303,7 @@ def test_no_observability_or_middleware_source_mentions_the_controller() -> None
         for module in modules().values()
         if is_under(module.name, "apf_limiter.observability")
         or is_under(module.name, "apf_limiter.asgi")
+        or is_under(module.name, "apf_limiter.gate")
         for number, line in enumerate(module.text.splitlines(), 1)
         if "_controller" in line
     ]
@@ -382,7 +385,7 @@ def test_middleware_reads_no_private_attribute_of_another_object() -> None:
     bad = [
         f"{module.where}:{line}: {text}"
         for module in modules().values()
-        if is_under(module.name, "apf_limiter.asgi")
+        if is_under(module.name, "apf_limiter.asgi") or is_under(module.name, "apf_limiter.gate")
         for line, text in _private_accesses(module.tree)
     ]
     assert not bad, _fail(
@@ -396,9 +399,15 @@ def test_middleware_reads_no_private_attribute_of_another_object() -> None:
 def test_middleware_imports_only_public_names_of_the_shell() -> None:
     bad = [
         i.describe()
-        for i in imports_of("apf_limiter.asgi")
-        if (is_private(i.name) and not is_under(i.target, "apf_limiter.asgi"))
+        for door in ("apf_limiter.asgi", "apf_limiter.gate")
+        for i in imports_of(door)
+        if (is_private(i.name) and not is_under(i.target, door))
         or (is_under(i.target, "apf_limiter.limiter") and i.target != "apf_limiter.limiter")
+        or (
+            is_under(i.target, "apf_limiter.gate")
+            and i.target != "apf_limiter.gate"
+            and not is_under(i.importer, "apf_limiter.gate")
+        )
     ]
     assert not bad, _fail(
         "Rule 3: the middleware imports public names only, and the shell from "
@@ -425,6 +434,25 @@ def test_jobs_use_only_the_public_api_of_the_shell() -> None:
         "Rule 3: the jobs front door, like the middleware, reads no `_private` attribute of "
         "another object and imports the shell from apf_limiter.limiter itself.",
         "give the shell a public method or property for it, and import it from apf_limiter.limiter",
+        bad,
+    )
+
+
+_FRONT_DOORS = ("apf_limiter.asgi", "apf_limiter.observability", "apf_limiter.cli")
+_PROTOCOL_LIBRARIES = frozenset({"starlette", "uvicorn", "grpc", "aiohttp", "hypercorn"})
+
+
+def test_the_gate_knows_no_front_door() -> None:
+    bad = [
+        i.describe()
+        for i in imports_of("apf_limiter.gate")
+        if any(is_under(i.target, door) for door in _FRONT_DOORS)
+        or i.target.split(".")[0] in _PROTOCOL_LIBRARIES
+    ]
+    assert not bad, _fail(
+        "Rule 3: the request gate (apf_limiter/gate/) is protocol-neutral: it imports no "
+        "front door (the ASGI middleware, observability, the CLI) and no protocol library.",
+        "put the protocol's mapping in its front door; give the gate a neutral call for it",
         bad,
     )
 

@@ -52,12 +52,17 @@ CONTRACT = [
 
 ASGI_CONTRACT = [
     "APFMiddleware",
+    "BodyBuffer",
     "DEBUG_PATH",
+    "DebugEndpoints",
     "Identity",
+    "IdentityHooks",
     "REJECTION_DETAIL",
     "ResourceAttributes",
+    "ResponseHeaders",
     "RouteOptions",
     "ScopeHeaders",
+    "SlowClients",
     "WEBSOCKET_TRY_AGAIN_LATER",
     "WorkEstimate",
     "build_digest",
@@ -110,11 +115,25 @@ JOBS_CONTRACT = ["Job", "admit_with_retry", "guard", "guarded"]
 
 TESTING_CONTRACT = ["FakeClock"]
 
+GATE_CONTRACT = [
+    "BODY",
+    "BodyClock",
+    "DEADLINE",
+    "EVERY_SCHEMA",
+    "Gate",
+    "LONG_RUNNING_RETRY_AFTER",
+    "SlowClients",
+    "Ticket",
+    "seconds_value",
+    "shadow_value",
+]
+
 FACADES = {
     "apf_limiter": CONTRACT,
     "apf_limiter.asgi": ASGI_CONTRACT,
     "apf_limiter.config": CONFIG_CONTRACT,
     "apf_limiter.jobs": JOBS_CONTRACT,
+    "apf_limiter.gate": GATE_CONTRACT,
     "apf_limiter.observability": OBSERVABILITY_CONTRACT,
     "apf_limiter.testing": TESTING_CONTRACT,
 }

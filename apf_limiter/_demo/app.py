@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from apf_limiter.asgi._middleware import APFMiddleware
 from apf_limiter.asgi._options import Identity
+from apf_limiter.asgi._settings import IdentityHooks
 from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 
 Mode = Literal["semaphore", "apf"]
@@ -140,4 +141,6 @@ def create_app(mode: Mode, *, capacity: int, service_time: float) -> ASGIApp:
     endpoint = _endpoint(service_time)
     if mode == "semaphore":
         return SemaphoreMiddleware(endpoint, capacity=capacity)
-    return APFMiddleware(endpoint, config=demo_config(capacity), identify=bearer_identity)
+    return APFMiddleware(
+        endpoint, config=demo_config(capacity), identity=IdentityHooks(identify=bearer_identity)
+    )

@@ -10,7 +10,10 @@
     @route_options(seats=4)
     async def export() -> dict[str, str]: ...
 
-See ``docs/asgi.md`` for every option and hook.
+Options come grouped: ``identity=IdentityHooks(...)``, ``headers=ResponseHeaders(...)``,
+``slow_clients=SlowClients(...)``, ``body=BodyBuffer(...)``, ``debug=DebugEndpoints(...)``.
+See ``docs/asgi.md`` for every option and hook; the middleware maps ASGI onto the request gate
+(:mod:`apf_limiter.gate`, ``docs/gate.md``).
 """
 
 from apf_limiter.asgi._debug import DEBUG_PATH
@@ -24,15 +27,22 @@ from apf_limiter.asgi._options import (
     route_options,
 )
 from apf_limiter.asgi._responses import REJECTION_DETAIL, WEBSOCKET_TRY_AGAIN_LATER
+from apf_limiter.asgi._settings import BodyBuffer, DebugEndpoints, IdentityHooks, ResponseHeaders
+from apf_limiter.gate import SlowClients
 
 __all__ = [
     "APFMiddleware",
+    "BodyBuffer",
     "DEBUG_PATH",
+    "DebugEndpoints",
     "Identity",
+    "IdentityHooks",
     "REJECTION_DETAIL",
     "ResourceAttributes",
+    "ResponseHeaders",
     "RouteOptions",
     "ScopeHeaders",
+    "SlowClients",
     "WEBSOCKET_TRY_AGAIN_LATER",
     "WorkEstimate",
     "build_digest",

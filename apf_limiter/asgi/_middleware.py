@@ -1,70 +1,62 @@
 """APFMiddleware: Kubernetes API Priority and Fairness in front of any ASGI application.
 
-Per request (``http`` and ``websocket`` scopes): build a digest (identity, path or resource,
-work estimate), admit it through the :class:`~apf_limiter.Limiter`, then run the application
-holding the seats, or answer 429. The admission is started with ``Admission.start()``, which
-never waits, so a request that finds free seats costs no event-loop round trip and never touches
-``receive``; only a request that has to queue gets a helper task watching for its client to
-disconnect (:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the
-response body is complete; long-running ones (WebSockets, marked routes) give them back once the
-response has started or the socket is accepted, and only until then have a deadline and a
-minimum body rate, which bind every other request (:mod:`apf_limiter.asgi._deadline`). At a
-priority level in shadow mode admission never holds nor rejects: the request runs at once, and
-``shadow_header=`` tells its would-be outcome (:mod:`apf_limiter.asgi._shadow`). Wiring mistakes
-seen in requests are warned about once each (:mod:`apf_limiter.asgi._mistakes`).
-``max_long_running=`` caps the open long-running requests of each flow schema
-(:mod:`apf_limiter.asgi._long_running`); ``queue_wait_header=`` tells admitted requests' queue
-wait. ``lifespan`` passes through.
+This module maps ASGI onto the request gate (:mod:`apf_limiter.gate`), which implements the
+life of a request once (admission, deadlines, the body rate, the long-running cap, shadow
+mode). Per request (``http`` and ``websocket`` scopes): classify it from its scope
+(:mod:`apf_limiter.asgi._classify`), start it through the gate (which never waits: a request
+that finds free seats costs no event-loop round trip and never touches ``receive``), and run
+the application holding the seats, or answer 429. Only a request that has to queue gets a
+helper task watching for its client to disconnect (:mod:`apf_limiter.asgi._waiting`). The
+gate's ticket is told as the response starts (long-running requests, WebSockets: seats back,
+deadline over) and as it completes; its response metadata become headers. Wiring mistakes seen
+in requests are warned about once each (:mod:`apf_limiter.asgi._mistakes`). ``lifespan``
+passes through.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from apf_limiter._errors import Rejected
 from apf_limiter._warn_once import WarnOnce
+from apf_limiter.asgi._body_rate import timed_receive
 from apf_limiter.asgi._classify import Classifier
-from apf_limiter.asgi._deadline import Deadlines
 from apf_limiter.asgi._debug import is_debug_path, load_debug_app
-from apf_limiter.asgi._expiry import BODY, Expiry
 from apf_limiter.asgi._identity import default_identify, route_path
-from apf_limiter.asgi._long_running import LongRunningCaps
+from apf_limiter.asgi._lifespan import closing_at_shutdown
 from apf_limiter.asgi._mistakes import seats_clamped, warn_clamped
-from apf_limiter.asgi._options import RouteOptions, check_bytes, check_timeout, deadline_seconds
+from apf_limiter.asgi._options import RouteOptions
 from apf_limiter.asgi._responses import (
     DROPPED,
+    STARTS,
     HeaderNames,
-    closing_at_shutdown,
     header_name,
     queue_wait_pair,
     send_client_gone,
     send_expired,
     send_rejection,
-    with_headers,
 )
 from apf_limiter.asgi._routes import RouteLookup
-from apf_limiter.asgi._shadow import STARTS, shadow_pair, shadow_send
-from apf_limiter.asgi._types import (
-    ASGIApp,
-    AuthorizeHook,
-    EstimateHook,
-    IdentifyHook,
-    LongRunningHook,
-    Message,
-    Receive,
-    RejectHook,
-    ResolveHook,
-    Scope,
-    Send,
+from apf_limiter.asgi._settings import (
+    NO_HEADERS,
+    BodyBuffer,
+    DebugEndpoints,
+    IdentityHooks,
+    ResponseHeaders,
+    fold_legacy,
 )
+from apf_limiter.asgi._shadow import shadow_pair, shadow_send
+from apf_limiter.asgi._types import ASGIApp, Message, Receive, RejectHook, Scope, Send
 from apf_limiter.asgi._waiting import (
     BodyBudget,
     ReplayReceive,
     headers_say_body,
     wait_watching_disconnect,
 )
-from apf_limiter.limiter import Admission, Limiter, check_wait_limit
+from apf_limiter.gate import BODY, Gate, SlowClients, Ticket
+from apf_limiter.limiter import Limiter
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
@@ -81,16 +73,7 @@ class APFMiddleware:
         limiter: The limiter to admit requests through (shared, e.g. with a metrics endpoint).
         config: The configuration of a limiter the middleware creates (``None`` and no
             ``limiter``: the built-in web-app configuration). Not together with ``limiter``.
-        identify: ``identify(scope) -> Identity | None``: who sent the request. Defaults to
-            the user of Starlette's ``AuthenticationMiddleware`` (``scope["user"]`` and the
-            scopes of ``scope["auth"]`` as groups); ``None`` means anonymous.
-        resolve: ``resolve(scope) -> ResourceAttributes | None``: turns a request into a
-            resource request (e.g. a tenant from the path as namespace).
-        estimate: ``estimate(scope) -> WorkEstimate | int | None``: seats of a request;
-            ``None`` falls back to the route settings, then 1 seat.
-        long_running: ``long_running(scope) -> bool | None``: whether a request gives its
-            seats back once its response has started; ``None`` falls back to the route
-            settings (WebSockets always are, unless the hook says ``False``).
+        identity: The ``identify``, ``resolve``, ``estimate`` and ``long_running`` hooks.
         paths: Route settings by ``nonResourceURLs`` pattern, for applications whose
             endpoints cannot be marked with :func:`~apf_limiter.asgi.route_options`.
         on_reject: ``on_reject(scope, rejected) -> ASGI app``: builds a custom rejection
@@ -98,127 +81,100 @@ class APFMiddleware:
             added unless it sets them.
         wait_limit: Seconds a request may wait in a queue, at most 60 (Kubernetes' cap);
             ``None``: the configuration's ``requestWaitLimit``.
-        flow_schema_header: Response header naming the flow schema; ``None`` for none.
-        priority_level_header: Response header naming the priority level; ``None`` for none.
-        response_headers: ``False`` turns both APF response headers off.
-        shadow_header: Response header telling, for a request at a priority level in shadow
-            mode, what enforcing would have done (e.g. ``"X-APF-Shadow"``): ``wait=0.125``,
-            ``rejected=queue-full; retry-after=3``, or ``pending``; ``None`` (the default)
-            for none.
-        queue_wait_header: Response header telling an admitted request's seconds in a queue
-            (e.g. ``"X-APF-Queue-Wait"``: ``0.012``, ``0`` if admitted at once); ``None``: none.
+        headers: The response headers added (``None``: none).
+        slow_clients: Request deadlines and the minimum body rate (60 s, 240 bytes/s after
+            5 s by default).
         max_long_running: Caps on open long-running requests by flow-schema name (``"*"``: each
             schema not named); one more is answered 429 (``long-running-limit``). ``None``: none.
-        max_body_buffer: Bytes of request body kept while a request waits in a queue (to be
-            replayed to the application), each message counting 256 bytes more: the watcher
-            reads only below this, so it keeps at most this plus one message; then
-            disconnects are no longer watched. 0 watches nothing.
-        max_total_body_buffer: Bytes kept by all queued requests together: while they reach
-            it, no queued request reads (nor watches for a disconnect).
-        request_timeout: Seconds from arrival (queue wait included) after which a request
-            is cancelled, its seats returned, and answered 504 (or its response aborted if it
-            started); a long-running one (a WebSocket) only until it starts (is accepted).
-            ``None``: none. Kubernetes' ``--request-timeout`` is 60 s; a route's comes first.
-        request_timeout_by_level: Deadlines by priority-level name (``None``: none), before
-            ``request_timeout``.
-        min_body_rate: Bytes per second a request body must keep up with, after
-            ``body_rate_grace`` seconds of waiting for it; slower, the request is answered
-            408 (as with the deadline). ``None``: no minimum.
-        body_rate_grace: The grace period of ``min_body_rate``, in seconds.
-        debug_endpoints: Serve the debug endpoints under ``/debug/api_priority_and_fairness/``
-            (bypassing admission), guarded by ``authorize``; a mapping also turns them on, with
-            ``debug_app``'s options (``{"top_flows": 5, "hash_distinguishers": True}``).
-        authorize: ``authorize(scope)``: whether a debug request may be served.
+        body: Request body kept while requests wait in a queue.
+        debug: Serve the debug endpoints (``None``: not served).
+        **legacy: The keyword arguments of earlier releases (``identify=``,
+            ``flow_schema_header=``, ``request_timeout=``, ...), folded into the values above.
 
     Raises:
-        ValueError: On contradicting or out-of-range arguments (debug options included).
+        ValueError: On contradicting or out-of-range arguments.
+        TypeError: On an unknown keyword argument.
         ConfigError: If ``config`` is invalid.
-        ImportError: If ``debug_endpoints=True`` but the debug endpoints are not installed.
+        ImportError: If ``debug`` is given but the debug endpoints are not installed.
     """
 
     def __init__(
         self,
         app: ASGIApp,
+        /,
         *,
         limiter: Limiter | None = None,
         config: ConfigSource | None = None,
-        identify: IdentifyHook | None = None,
-        resolve: ResolveHook | None = None,
-        estimate: EstimateHook | None = None,
-        long_running: LongRunningHook | None = None,
+        identity: IdentityHooks | None = None,
         paths: Mapping[str, RouteOptions] | None = None,
         on_reject: RejectHook | None = None,
         wait_limit: float | None = None,
-        flow_schema_header: str | None = "X-APF-Flow-Schema",
-        priority_level_header: str | None = "X-APF-Priority-Level",
-        response_headers: bool = True,
-        shadow_header: str | None = None,
-        queue_wait_header: str | None = None,
+        headers: ResponseHeaders | None = ResponseHeaders(),  # noqa: B008 - frozen
+        slow_clients: SlowClients | None = None,
         max_long_running: Mapping[str, int] | None = None,
-        max_body_buffer: int = 65536,
-        max_total_body_buffer: int = 16 * 1024 * 1024,
-        request_timeout: float | None = 60.0,
-        request_timeout_by_level: Mapping[str, float | None] | None = None,
-        min_body_rate: float | None = 240.0,
-        body_rate_grace: float = 5.0,
-        debug_endpoints: bool | Mapping[str, Any] = False,
-        authorize: AuthorizeHook | None = None,
+        body: BodyBuffer | None = None,
+        debug: DebugEndpoints | None = None,
+        **legacy: Any,
     ) -> None:
         if limiter is not None and config is not None:
             raise ValueError("give APFMiddleware a limiter or a config, not both")
-        if wait_limit is not None:
-            check_wait_limit(wait_limit)
-        check_bytes("max_body_buffer", max_body_buffer)
-        check_bytes("max_total_body_buffer", max_total_body_buffer)
-        levels = {
-            name: deadline_seconds("request_timeout_by_level", timeout)
-            for name, timeout in (request_timeout_by_level or {}).items()
-        }
-        if min_body_rate is not None:
-            check_timeout("min_body_rate", min_body_rate)  # a positive number, like a time
-        check_timeout("body_rate_grace", body_rate_grace)
+        if legacy:
+            groups: dict[str, Any] = {
+                "identity": identity,
+                "headers": headers,
+                "slow_clients": slow_clients,
+                "body": body,
+                "debug": debug,
+            }
+            fold_legacy(groups, legacy)
+            identity, headers = groups["identity"], groups["headers"]
+            slow_clients, body, debug = groups["slow_clients"], groups["body"], groups["debug"]
+        hooks = identity if identity is not None else IdentityHooks()
+        shown = headers if headers is not None else NO_HEADERS
+        buffer = body if body is not None else BodyBuffer()
         self.app = app
         self._owns_limiter = limiter is None
         self._limiter = limiter if limiter is not None else Limiter(config)
+        # Deadlines kept even with every timeout off: a marked route may still set one.
+        self._gate = Gate(
+            self._limiter,
+            wait_limit=wait_limit,
+            slow_clients=slow_clients if slow_clients is not None else SlowClients(),
+            max_long_running=max_long_running,
+        )
+        self._start = self._gate.start  # bound once: every request calls it
         # Wiring mistakes seen in requests, each warned about once (apf_limiter.asgi._mistakes).
         self._warn = WarnOnce()
+        identify = hooks.identify
         self._classify = Classifier(
             identify if identify is not None else default_identify,
-            resolve,
-            estimate,
-            long_running,
+            hooks.resolve,
+            hooks.estimate,
+            hooks.long_running,
             RouteLookup(paths, app),
             self._warn if identify is None else None,  # watch the default identity only
         ).classify
         self._on_reject = on_reject
-        self._wait_limit = wait_limit
-        self._headers = HeaderNames(
-            flow_schema_header if response_headers else None,
-            priority_level_header if response_headers else None,
-        )
+        self._headers = HeaderNames(shown.flow_schema, shown.priority_level)
         self._headers_enabled = self._headers.enabled
-        self._shadow_header = header_name(shadow_header)
-        self._queue_wait_header = header_name(queue_wait_header)
-        self._long_running_caps = (
-            None if max_long_running is None else LongRunningCaps(max_long_running, self._limiter)
-        )
-        self._max_body_buffer = max_body_buffer
-        self._body_budget = BodyBudget(max_total_body_buffer)
-        self._times_bodies = min_body_rate is not None
-        # Kept even with every timeout off: a marked route may still set one.
-        self._deadlines = Deadlines(
-            self._limiter.clock,
-            deadline_seconds("request_timeout", request_timeout),
-            levels,
-            min_body_rate,
-            body_rate_grace,
-        )
-        self._debug_app = load_debug_app(self._limiter, authorize, debug_endpoints)
+        self._shadow_header = header_name(shown.shadow)
+        self._queue_wait_header = header_name(shown.queue_wait)
+        self._max_body_buffer = buffer.max
+        self._body_budget = BodyBudget(buffer.total)
+        self._times_bodies = self._gate.times_bodies
+        self._debug_app: ASGIApp | None = None
+        if debug is not None:
+            self._debug_app = load_debug_app(self._limiter, debug.authorize, debug.options())
 
     @property
     def limiter(self) -> Limiter:
         """The limiter requests are admitted through."""
         return self._limiter
+
+    @property
+    def gate(self) -> Gate:
+        """The request gate this middleware maps ASGI onto."""
+        return self._gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection: admit ``http``/``websocket`` scopes, pass others on."""
@@ -232,82 +188,99 @@ class APFMiddleware:
         if self._debug_app is not None and is_debug_path(route_path(scope)):
             await self._debug_app(scope, receive, send)
             return
-        # Admission inline, in this one coroutine: every request takes this path, and an extra
-        # coroutine per request shows in benchmarks/http_instructions.py.
+        # Everything inline, in this one coroutine: every request takes this path, and an
+        # extra coroutine per request shows in benchmarks/http_instructions.py.
         classified = self._classify(scope)
         if not isinstance(classified, tuple):
             classified = await classified  # a hook returned an awaitable
         digest, long_running, timeout, source = classified
-        caps = self._long_running_caps
-        counted: str | None = None  # the flow schema this open long-running request counts in
-        if long_running and caps is not None:
-            entered = caps.enter(digest)
-            if isinstance(entered, Rejected):
-                await self._reject(scope, receive, send, entered)
-                return
-            counted = entered
-        admission = Admission(self._limiter, digest, self._wait_limit)
         try:
-            admitted = admission.start()  # never waits: the fast path ends here
+            ticket = self._start(digest, long_running, timeout)  # never waits
         except Rejected as rejected:
-            if counted is not None and caps is not None:
-                caps.leave(counted)
             await self._reject(scope, receive, send, rejected)
             return
-        if digest.seats is not None and seats_clamped(digest, admission):
-            warn_clamped(self._warn, scope, source, digest, admission)
-        # Tracked until the response starts even if long-running: it holds seats until then.
-        try:
-            expiry = self._deadlines.track(admission, scope, receive, timeout)
-        except BaseException:
-            admission.release(ran=False)  # no event loop it knows, say: the seats go back
-            raise
-        if expiry is not None and self._times_bodies and kind == "http":
-            receive = expiry.receive  # timed for the minimum rate, if there is a body
+        if digest.seats is not None and seats_clamped(digest, ticket.admission):
+            warn_clamped(self._warn, scope, source, digest, ticket.admission)
+        if ticket.tracked and self._times_bodies and kind == "http":
+            receive = partial(timed_receive, ticket, scope, receive)  # timed if it has a body
         replay: ReplayReceive | None = None  # set only for a request that waited
+        error: BaseException | None = None
         try:
             app_receive: Receive | None = receive
-            if not admitted:
-                app_receive = await self._wait(scope, receive, send, admission, expiry)
+            if not ticket.admitted:
+                app_receive = await self._wait(scope, receive, send, ticket)
                 if type(app_receive) is ReplayReceive:
                     replay = app_receive
             if app_receive is not None:
                 state = scope.get("state")
                 if state is None:
                     state = scope["state"] = {}
-                state["apf"] = admission
-                sender = self._sender(send, admission, long_running, expiry)
-                await self.app(scope, app_receive, sender)
-        except BaseException as error:
-            # Expired: the cancellation it caused ends here (the seats went back already).
-            if expiry is None or not expiry.finish(error):
-                raise
-        else:
-            if expiry is not None:
-                expiry.finish(None)
+                admission = state["apf"] = ticket.admission
+                # The send of the application, built here rather than by a method: one call
+                # less per request.
+                extra = None
+                if self._headers_enabled:
+                    key = (ticket.flow_schema, ticket.priority_level)
+                    extra = self._headers.cache.get(key) or self._headers.headers(*key)
+                if self._queue_wait_header is not None:  # after the wait: it is final
+                    extra = [*(extra or ()), queue_wait_pair(self._queue_wait_header, ticket)]
+                server_send = send
+                if self._shadow_header is not None and admission.shadow is not None:
+                    # Below ours, so that the outcome is read as the response starts.
+                    server_send = shadow_send(
+                        send, ticket, self._shadow_header, self._limiter.clock
+                    )
+
+                # A plain function handing back the server's awaitable, not a coroutine: no
+                # extra frame per message. So the seats go back as the application hands the
+                # server its last body message (or, long-running, its response start), just
+                # before the server writes it; an error in that write changes nothing.
+                def send_and_release(message: Message) -> Awaitable[None]:
+                    kind = message["type"]
+                    if ticket.reason is not None:
+                        return DROPPED  # expired: being cancelled, nothing more goes out
+                    if kind == "http.response.body":  # the common message first
+                        if not message.get("more_body", False):
+                            admission.release()
+                        return server_send(message)
+                    if kind in STARTS:
+                        # Tracked until the response starts even if long-running.
+                        ticket.response_started(kind == "websocket.accept")
+                        if extra:
+                            headers = [*message.get("headers", ()), *extra]
+                            return server_send({**message, "headers": headers})
+                        return server_send(message)
+                    if (
+                        kind == "http.response.zerocopysend" and not message.get("more_body", False)
+                    ) or kind == "http.response.pathsend":
+                        admission.release()
+                    return server_send(message)
+
+                await self.app(scope, app_receive, send_and_release)
+        except BaseException as exc:
+            error = exc
         finally:
-            admission.release()
-            # Every way the call ends (errors, disconnects, cancellation) counts it out.
-            if counted is not None and caps is not None:
-                caps.leave(counted)
+            # Every way the call ends (errors, disconnects, cancellation) ends the ticket.
             if replay is not None:
                 replay.close()  # kept messages not replayed, a receive() never awaited
-        if expiry is not None and expiry.reason is not None and not expiry.started:
-            headers = self._headers.headers(admission.flow_schema, admission.priority_level)
-            shadow = shadow_pair(self._shadow_header, admission)
-            if shadow is not None:
-                headers = [*headers, shadow]
-            await send_expired(scope, send, 408 if expiry.reason == BODY else 504, headers)
+            expired = ticket.end(error)
+        if error is not None and not expired:
+            raise error
+        # Expired: the cancellation it caused ends here (the seats went back already).
+        if expired and not ticket.started:
+            await self._send_expired(scope, send, ticket)
         # Expired after the response started: it ends unfinished, the server closes the
         # connection (there is no other way to abort a response in ASGI).
 
+    async def _send_expired(self, scope: Scope, send: Send, ticket: Ticket) -> None:
+        headers = self._headers.headers(ticket.flow_schema, ticket.priority_level)
+        shadow = shadow_pair(self._shadow_header, ticket)
+        if shadow is not None:
+            headers = [*headers, shadow]
+        await send_expired(scope, send, 408 if ticket.reason == BODY else 504, headers)
+
     async def _wait(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        admission: Admission,
-        expiry: Expiry | None,
+        self, scope: Scope, receive: Receive, send: Send, ticket: Ticket
     ) -> Receive | None:
         """Wait in a queue, watching for a disconnect: the app's ``receive``, or ``None``."""
         watch = self._max_body_buffer
@@ -321,79 +294,33 @@ class APFMiddleware:
             if body and expects_continue:
                 watch = 0
         try:
-            waited = await wait_watching_disconnect(admission, receive, watch, self._body_budget)
+            waited = await wait_watching_disconnect(ticket, receive, watch, self._body_budget)
         except BaseException:
             # Cancelled (a deadline, an outer timeout, the server) while waiting, or in the
             # instant after the seats came, as the watcher winds down: leave the queue, or
             # give the seats back, unrun (whichever applies, once).
-            admission.release(ran=False)
+            ticket.admission.release(ran=False)
             raise
         if waited.rejected is None and not waited.disconnected:
             return waited.receive
-        if expiry is not None:
-            expiry.disarm()  # answered here, not by the deadline
+        ticket.disarm()  # answered here, not by the deadline
         try:
             if waited.rejected is not None:
                 await self._reject(scope, waited.receive, send, waited.rejected)
             else:
                 # Out of its queue already, or dispatched in the same instant the client
                 # left: the app never ran, so no additional latency is held either.
-                admission.release(ran=False)
-                await self._client_gone(scope, send, admission)
+                ticket.abandon()
+                headers = self._headers.headers(ticket.flow_schema, ticket.priority_level)
+                await send_client_gone(scope, send, headers)
         finally:
             if type(waited.receive) is ReplayReceive:
                 waited.receive.close()
         return None
 
-    async def _client_gone(self, scope: Scope, send: Send, admission: Admission) -> None:
-        headers = self._headers.headers(admission.flow_schema, admission.priority_level)
-        await send_client_gone(scope, send, headers)
-
     async def _reject(self, scope: Scope, receive: Receive, send: Send, rejected: Rejected) -> None:
         headers = self._headers.headers(rejected.flow_schema, rejected.priority_level)
         await send_rejection(scope, receive, send, rejected, headers, self._on_reject)
-
-    def _sender(
-        self, send: Send, admission: Admission, long_running: bool, expiry: Expiry | None
-    ) -> Send:
-        extra = None
-        if self._headers_enabled:
-            extra = self._headers.headers(admission.flow_schema, admission.priority_level)
-        if self._queue_wait_header is not None:  # after the wait: the queue wait is final
-            extra = [*(extra or ()), queue_wait_pair(self._queue_wait_header, admission)]
-        shadow_header = self._shadow_header
-        if shadow_header is not None and admission.shadow is not None:
-            # Below ours, so that the outcome is read as the response starts.
-            send = shadow_send(send, admission, shadow_header, self._limiter.clock)
-
-        # A plain function handing back the server's awaitable, not a coroutine: no extra
-        # frame per message. So the seats go back as the application hands the server its
-        # last body message (or, long-running, its response start), just before the server
-        # writes it; an error in that write changes nothing, release is idempotent.
-        def send_and_release(message: Message) -> Awaitable[None]:
-            kind = message["type"]
-            if expiry is not None and expiry.reason is not None:
-                return DROPPED  # expired: being cancelled, nothing more goes out
-            if kind == "http.response.body":  # the common message first
-                if not message.get("more_body", False):
-                    admission.release()
-                return send(message)
-            if kind in STARTS:
-                if expiry is not None:
-                    if long_running or kind == "websocket.accept":
-                        expiry.disarm()  # exempt from now on: no deadline, no body rate
-                    else:
-                        expiry.started = True  # expiring now aborts the response
-                if long_running:
-                    admission.release()
-                return send(with_headers(message, extra) if extra else message)
-            if (
-                kind == "http.response.zerocopysend" and not message.get("more_body", False)
-            ) or kind == "http.response.pathsend":
-                admission.release()
-            return send(message)
-
-        return send_and_release
 
     def __repr__(self) -> str:
         return f"<APFMiddleware {self._limiter!r} app={self.app!r}>"

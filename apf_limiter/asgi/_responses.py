@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from apf_limiter._errors import Rejected
 from apf_limiter.asgi._types import Message, Receive, RejectHook, Scope, Send
-from apf_limiter.limiter import Admission, Limiter
+from apf_limiter.gate import Ticket, seconds_value
 
 #: The rejection message (Kubernetes' wording).
 REJECTION_DETAIL: Final = "Too many requests, please try again later."
@@ -35,7 +35,10 @@ BODY_RATE_DETAIL: Final = "The request body arrived too slowly."
 
 _BODY: Final = json.dumps({"detail": REJECTION_DETAIL}, separators=(",", ":")).encode()
 _DENIAL_EXTENSION: Final = "websocket.http.response"
-_RESPONSE_STARTS: Final = frozenset({"http.response.start", "websocket.http.response.start"})
+#: The messages that start a response (where the APF headers go).
+STARTS: Final = frozenset(
+    {"http.response.start", "websocket.accept", "websocket.http.response.start"}
+)
 
 
 class HeaderNames:
@@ -46,13 +49,14 @@ class HeaderNames:
         priority_level: Name of the header carrying the priority level, or ``None``.
     """
 
-    __slots__ = ("flow_schema", "priority_level", "_cache")
+    __slots__ = ("flow_schema", "priority_level", "cache")
 
     def __init__(self, flow_schema: str | None, priority_level: str | None) -> None:
         self.flow_schema = header_name(flow_schema)
         self.priority_level = header_name(priority_level)
         # (schema, level) -> pairs; bounded by the configurations' schemas times levels.
-        self._cache: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
+        # Read directly by the middleware's hot path, then :meth:`headers` on a miss.
+        self.cache: dict[tuple[str, str], list[tuple[bytes, bytes]]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -62,11 +66,11 @@ class HeaderNames:
     def headers(self, flow_schema: str, priority_level: str) -> list[tuple[bytes, bytes]]:
         """The header pairs naming a request's flow schema and priority level (do not mutate)."""
         key = (flow_schema, priority_level)
-        pairs = self._cache.get(key)
+        pairs = self.cache.get(key)
         if pairs is None:
-            pairs = self._cache[key] = self._encode(flow_schema, priority_level)
-            if len(self._cache) > 4096:  # names come from configurations, but stay bounded
-                self._cache.clear()
+            if len(self.cache) >= 4096:  # names come from configurations, but stay bounded
+                self.cache.clear()
+            pairs = self.cache[key] = self._encode(flow_schema, priority_level)
         return pairs
 
     def _encode(self, flow_schema: str, priority_level: str) -> list[tuple[bytes, bytes]]:
@@ -104,31 +108,9 @@ def with_headers(message: Message, extra: list[tuple[bytes, bytes]]) -> Message:
     return {**message, "headers": [*message.get("headers", ()), *extra]}
 
 
-_LIFESPAN_ENDS: Final = frozenset({"lifespan.shutdown.complete", "lifespan.shutdown.failed"})
-
-
-def closing_at_shutdown(send: Send, limiter: Limiter) -> Send:
-    """Wrap a lifespan ``send`` to close ``limiter`` once the app reports its shutdown."""
-
-    async def lifespan_send(message: Message) -> None:
-        await send(message)
-        if message["type"] in _LIFESPAN_ENDS:
-            limiter.close()
-
-    return lifespan_send
-
-
-def seconds_value(seconds: float) -> str:
-    """Seconds as a header value: microseconds at most, trailing zeros dropped (``0``: none).
-
-    Microseconds, so that a short real wait never shows as the "at once" of ``0``.
-    """
-    return f"{seconds:.6f}".rstrip("0").rstrip(".") or "0"
-
-
-def queue_wait_pair(name: bytes, admission: Admission) -> tuple[bytes, bytes]:
-    """The queue-wait header pair of an admitted request (``queue_wait_header=``)."""
-    return (name, seconds_value(admission.queue_wait).encode("ascii"))
+def queue_wait_pair(name: bytes, ticket: Ticket) -> tuple[bytes, bytes]:
+    """The queue-wait header pair of an admitted request (``ResponseHeaders.queue_wait``)."""
+    return (name, seconds_value(ticket.queue_wait).encode("ascii"))
 
 
 #: nginx's "client closed request": the status an access log shows for a request whose client
@@ -197,7 +179,7 @@ async def send_rejection(
             app = await app
 
         async def send_with_headers(message: Message) -> None:
-            if message["type"] in _RESPONSE_STARTS:
+            if message["type"] in STARTS:
                 present = {name.lower() for name, _ in message.get("headers", ())}
                 extra = [pair for pair in (retry_after, *headers) if pair[0] not in present]
                 message = with_headers(message, extra)

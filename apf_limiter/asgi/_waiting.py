@@ -1,8 +1,8 @@
 """Waiting in a queue while watching for the client to go away, without losing its body.
 
-The middleware starts an admission with :meth:`Admission.start`, which never waits: when seats
+The middleware starts a request with :meth:`Gate.start`, which never waits: when seats
 are free that is all, and nothing here runs (no task, no ``receive``). Only a request that has
-to wait comes here. It waits (:meth:`Admission.wait`) in its own task while one helper task
+to wait comes here. It waits (:meth:`Ticket.wait`) in its own task while one helper task
 reads ``receive()``:
 
 * ``http.disconnect`` / ``websocket.disconnect``: the wait is cancelled, which takes the request
@@ -44,7 +44,7 @@ import anyio
 
 from apf_limiter._errors import Rejected
 from apf_limiter.asgi._types import Message, Receive, Scope
-from apf_limiter.limiter import Admission
+from apf_limiter.gate import Ticket
 
 _DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
 
@@ -329,12 +329,12 @@ def _running_asyncio() -> bool:
 
 
 async def wait_watching_disconnect(
-    admission: Admission, receive: Receive, max_buffer: int, budget: BodyBudget
+    ticket: Ticket, receive: Receive, max_buffer: int, budget: BodyBudget
 ) -> Waited:
     """Wait for a queued admission's seats while watching ``receive`` for a disconnect.
 
     Args:
-        admission: An admission whose :meth:`~Admission.start` returned ``False``.
+        ticket: A ticket not admitted at :meth:`~apf_limiter.gate.Gate.start`.
         receive: The server's ``receive``.
         max_buffer: Bytes below which the watcher reads (each message counts its body plus
             :data:`MESSAGE_OVERHEAD`): it keeps at most this plus one message; 0 watches
@@ -355,7 +355,7 @@ async def wait_watching_disconnect(
             watcher.scope = group.cancel_scope
             group.start_soon(watcher.run)
             try:
-                await admission.wait()
+                await ticket.wait()
                 entered = True
             except Rejected as exc:
                 rejected = exc

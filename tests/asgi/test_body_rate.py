@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from apf_limiter import Limiter, RequestDigest
 from apf_limiter.asgi import APFMiddleware
+from apf_limiter.asgi._body_rate import timed_receive
 from apf_limiter.asgi._types import Message, Receive, Scope, Send
 from apf_limiter.testing import FakeClock
 from tests.asgi.apps import level_config
@@ -184,8 +186,10 @@ async def test_only_a_request_with_a_body_is_timed() -> None:
             assert app.receive == driver.receive  # the server's own receive, untouched
             continue
         # The middleware's receive decides at the app's first call whether to time the body.
-        expiry = getattr(app.receive, "__self__", None)
-        assert expiry is not None and (expiry.body is not None) is timed, scope
+        wrapped = app.receive
+        assert isinstance(wrapped, functools.partial) and wrapped.func is timed_receive, scope
+        ticket = wrapped.args[0]
+        assert (ticket.body is not None) is timed, scope
 
 
 async def test_min_body_rate_none_turns_the_rate_off() -> None:

@@ -344,13 +344,13 @@ def test_deadline_options_are_validated() -> None:
             APFMiddleware(ok_app, body_rate_grace=bad)
     # A string: refused by the check, or by the compiled build's argument types.
     with pytest.raises((ValueError, TypeError)):
-        APFMiddleware(ok_app, request_timeout="60")  # type: ignore[arg-type]
+        APFMiddleware(ok_app, request_timeout="60")
     with pytest.raises((ValueError, TypeError)):
-        APFMiddleware(ok_app, request_timeout_by_level={"x": "60"})  # type: ignore[dict-item]
+        APFMiddleware(ok_app, request_timeout_by_level={"x": "60"})
     with pytest.raises(ValueError, match="max_total_body_buffer"):
         APFMiddleware(ok_app, max_total_body_buffer=-1)
     with pytest.raises((ValueError, TypeError)):
-        APFMiddleware(ok_app, max_total_body_buffer=1.5)  # type: ignore[arg-type]
+        APFMiddleware(ok_app, max_total_body_buffer=1.5)
 
 
 async def test_admission_released_by_the_deadline_is_not_released_twice() -> None:

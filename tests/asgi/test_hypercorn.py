@@ -61,7 +61,7 @@ async def test_event_stream_clients_leaving_as_they_are_admitted_free_their_plac
         long_running=lambda scope: scope["path"] == "/events",
         max_long_running={"*": ROUNDS + 1},
     )
-    caps = middleware._long_running_caps
+    caps = middleware.gate
     assert caps is not None
     leaked = 0
     async with serve_hypercorn(middleware) as url:
@@ -81,7 +81,7 @@ async def test_event_stream_clients_leaving_as_they_are_admitted_free_their_plac
             settled = leaked  # the places leaked so far stay taken
 
             def freed(settled: int = settled) -> bool:
-                return caps.open_requests("everyone") == settled
+                return caps.open_long_running("everyone") == settled
 
             try:
                 await wait_until(freed, timeout=1)

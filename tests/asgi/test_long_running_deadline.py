@@ -66,9 +66,9 @@ def _statuses(driver: Driver) -> list[int]:
 
 
 def _open(middleware: APFMiddleware) -> int:
-    caps = middleware._long_running_caps
+    caps = middleware.gate
     assert caps is not None
-    return caps.open_requests("everyone")
+    return caps.open_long_running("everyone")
 
 
 def _upload(body: int) -> Scope:

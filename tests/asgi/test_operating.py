@@ -12,8 +12,8 @@ import pytest
 from apf_limiter import Limiter
 from apf_limiter._observer import Observer
 from apf_limiter.asgi import APFMiddleware, RouteOptions
-from apf_limiter.asgi._long_running import LongRunningCaps
 from apf_limiter.asgi._types import Receive, Scope, Send
+from apf_limiter.gate import Gate
 from apf_limiter.testing import FakeClock
 from tests.asgi.apps import level_config
 from tests.asgi.driver import Driver, http_scope, websocket_scope
@@ -47,8 +47,8 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
         pass
 
 
-def _caps(middleware: APFMiddleware) -> LongRunningCaps:
-    caps = middleware._long_running_caps
+def _caps(middleware: APFMiddleware) -> Gate:
+    caps = middleware.gate
     assert caps is not None
     return caps
 
@@ -68,7 +68,7 @@ async def test_under_uvicorn_a_fourth_stream_over_a_cap_of_three_gets_429() -> N
                 chunks.append(response.aiter_raw())
                 assert await anext(chunks[-1]) == b"data: hi\n\n"
                 opened.append(response)
-            assert caps.open_requests("everyone") == 3
+            assert caps.open_long_running("everyone") == 3
             assert limiter.statistics().priority_levels["test"].executing_seats == 0
             fourth = await client.get("/events")
             assert fourth.status_code == 429
@@ -79,13 +79,13 @@ async def test_under_uvicorn_a_fourth_stream_over_a_cap_of_three_gets_429() -> N
             assert [(await client.get("/fast")).status_code for _ in range(5)] == [200] * 5
             # One stream closes: its place goes back, and a new stream is admitted.
             await opened[0].aclose()
-            await wait_until(lambda: caps.open_requests("everyone") == 2)
+            await wait_until(lambda: caps.open_long_running("everyone") == 2)
             async with client.stream("GET", "/events") as again:
                 assert again.status_code == 200
                 chunk = again.aiter_raw()
                 assert await anext(chunk) == b"data: hi\n\n"
-                assert caps.open_requests("everyone") == 3
-        await wait_until(lambda: caps.open_requests("everyone") == 0)
+                assert caps.open_long_running("everyone") == 3
+        await wait_until(lambda: caps.open_long_running("everyone") == 0)
     assert observer.rejected == [("test", "everyone", "long-running-limit")]
 
 
@@ -114,15 +114,15 @@ async def test_the_count_goes_back_on_errors_cancellation_and_rejection() -> Non
     driver = Driver()
     with pytest.raises(RuntimeError, match="boom"):
         await middleware(http_scope("/boom"), driver.receive, driver.send)
-    assert caps.open_requests("everyone") == 0
+    assert caps.open_long_running("everyone") == 0
     # A stream holds its place (not its seat) until cancelled.
     task = asyncio.create_task(middleware(http_scope("/events"), Driver().receive, Driver().send))
     await clock.advance(0)
-    assert caps.open_requests("everyone") == 1
+    assert caps.open_long_running("everyone") == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert caps.open_requests("everyone") == 0
+    assert caps.open_long_running("everyone") == 0
     # Queued ones count; rejected by the level (queue full) or cancelled in the queue, they
     # count out too.
     hold = asyncio.Event()
@@ -135,15 +135,15 @@ async def test_the_count_goes_back_on_errors_cancellation_and_rejection() -> Non
     await clock.advance(0)
     queued = asyncio.create_task(middleware(http_scope("/events"), Driver().receive, Driver().send))
     await clock.advance(0)
-    assert caps.open_requests("everyone") == 1
+    assert caps.open_long_running("everyone") == 1
     full = Driver()
     await middleware(http_scope("/events"), full.receive, full.send)
     assert full.start()["status"] == 429  # queue-full, from the level
-    assert caps.open_requests("everyone") == 1
+    assert caps.open_long_running("everyone") == 1
     queued.cancel()
     with pytest.raises(asyncio.CancelledError):
         await queued
-    assert caps.open_requests("everyone") == 0
+    assert caps.open_long_running("everyone") == 0
     hold.set()
     await first
 

@@ -11,8 +11,8 @@ import pytest
 
 from apf_limiter import Limiter, ShadowOutcome
 from apf_limiter.asgi import APFMiddleware, RouteOptions
-from apf_limiter.asgi._shadow import shadow_value
 from apf_limiter.asgi._types import Receive, Scope, Send
+from apf_limiter.gate import shadow_value
 from apf_limiter.testing import FakeClock
 from tests.asgi.apps import Probe, make_app
 from tests.asgi.driver import Driver, http_scope, settle

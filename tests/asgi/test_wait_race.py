@@ -75,7 +75,7 @@ async def test_a_disconnect_in_the_turn_the_request_is_admitted_is_acted_on(case
     middleware = APFMiddleware(
         app, limiter=limiter, long_running=lambda scope: True, max_long_running={"*": 1}
     )
-    caps = middleware._long_running_caps
+    caps = middleware.gate
     assert caps is not None
     driver = Driver(*read_while_queued)
     task = asyncio.create_task(middleware(dict(scope), driver.receive, driver.send))
@@ -91,7 +91,7 @@ async def test_a_disconnect_in_the_turn_the_request_is_admitted_is_acted_on(case
     # The departure was acted on: the app never ran, the seat and the place came back.
     assert app.calls == 0
     assert limiter.statistics().executing_requests == 0
-    assert caps.open_requests("everyone") == 0
+    assert caps.open_long_running("everyone") == 0
     if scope["type"] == "http":
         assert [m.get("status") for m in driver.sent if "status" in m] == [499]
     else:

@@ -3,9 +3,9 @@
 A long-running request (a WebSocket, server-sent events, a long poll) gives its seats back once
 its response starts, so a level's seats say nothing of how many are open: forty open event
 streams hold no seat at all, yet each holds a connection, a task and memory. With
-``max_long_running={"events": 100, "*": 1000}`` the middleware counts the open long-running
-requests of each flow schema itself, from their arrival (queued ones count) until their ASGI
-call returns, whatever ends it; one more than the cap is refused with the reason
+``max_long_running={"events": 100, "*": 1000}`` the gate counts the open long-running
+requests of each flow schema itself, from their arrival (queued ones count) until their ticket
+ends, whatever ends it; one more than the cap is refused with the reason
 ``long-running-limit`` before it reaches the engine. ``"*"`` is the cap of every flow schema
 not named, each counted on its own. Kubernetes has no such cap for its watches.
 """
