@@ -67,6 +67,7 @@ ENGINE_FORBIDDEN_MODULES = (
     "apf_limiter._observer",
     "apf_limiter.gate",
     "apf_limiter.asgi",
+    "apf_limiter.aiohttp",
     "apf_limiter.observability",
     "apf_limiter._cli",
     "apf_limiter._plan_render",
@@ -84,6 +85,7 @@ OBSERVABILITY_ENGINE_MODULES = (
 
 FACADES = (
     "apf_limiter",
+    "apf_limiter.aiohttp",
     "apf_limiter.asgi",
     "apf_limiter.gate",
     "apf_limiter.config",
