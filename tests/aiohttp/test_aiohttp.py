@@ -7,13 +7,16 @@ import json
 
 import aiohttp
 import pytest
+from aiohttp import web
 
-from apf_limiter import Limiter
-from apf_limiter.asgi import ResponseHeaders
+from apf_limiter import Limiter, Rejected
+from apf_limiter.aiohttp import AiohttpMiddleware
+from apf_limiter.asgi import Identity, ResponseHeaders
 from apf_limiter.gate import SlowClients
 from tests.aiohttp.server import Probe, make_app, serve
 from tests.asgi.apps import level_config
 from tests.asgi.server import wait_until
+from tests.helpers import subject_schema
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,13 +25,16 @@ async def test_an_admitted_request_carries_the_apf_headers() -> None:
     limiter = Limiter(level_config(limit=2))
     headers = ResponseHeaders(queue_wait="X-APF-Queue-Wait")
     app, _ = make_app(Probe(), limiter=limiter, headers=headers)
-    async with serve(app) as url, aiohttp.ClientSession(url) as client:
-        async with client.get("/fast", headers={"x-user": "alice"}) as response:
-            assert response.status == 200
-            assert await response.text() == "ok"
-            assert response.headers["X-APF-Flow-Schema"] == "everyone"
-            assert response.headers["X-APF-Priority-Level"] == "test"
-            assert response.headers["X-APF-Queue-Wait"] == "0"
+    async with (
+        serve(app) as url,
+        aiohttp.ClientSession(url) as client,
+        client.get("/fast", headers={"x-user": "alice"}) as response,
+    ):
+        assert response.status == 200
+        assert await response.text() == "ok"
+        assert response.headers["X-APF-Flow-Schema"] == "everyone"
+        assert response.headers["X-APF-Priority-Level"] == "test"
+        assert response.headers["X-APF-Queue-Wait"] == "0"
     stats = limiter.statistics().priority_levels["test"]
     assert stats.dispatched == 1
     assert limiter.statistics().executing_requests == 0
@@ -166,10 +172,58 @@ async def test_a_long_running_stream_gives_its_seat_back_as_it_starts() -> None:
 async def test_a_websocket_is_long_running() -> None:
     limiter = Limiter(level_config(limit=1))
     app, _ = make_app(Probe(), limiter=limiter, slow_clients=SlowClients(request_timeout=0.2))
+    async with (
+        serve(app) as url,
+        aiohttp.ClientSession(url) as client,
+        client.ws_connect("/ws") as ws,
+    ):
+        assert limiter.statistics().executing_requests == 0  # its seat went back
+        await asyncio.sleep(0.4)  # past the deadline: accepted WebSockets have none
+        await ws.send_str("ping")
+        assert await asyncio.wait_for(ws.receive_str(), 5) == "ping"
+    assert limiter.statistics().priority_levels["test"].dispatched == 1
+
+
+async def test_hooks_an_awaitable_identity_and_a_custom_rejection() -> None:
+    config = level_config(limit=1, reject=True)
+    # carol alone matches the first schema: the user and groups come from the hook.
+    config["flowSchemas"].insert(0, subject_schema("carol", "test", user="carol", precedence=10))
+    limiter = Limiter(config)
+    probe = Probe()
+
+    async def identify(request: web.Request) -> Identity | None:
+        return Identity(request.headers.get("x-user", "nobody"), ("staff",))
+
+    def on_reject(request: web.Request, rejected: Rejected) -> web.StreamResponse:
+        return web.Response(status=503, text=f"busy: {rejected.reason}")
+
+    app, _ = make_app(probe, limiter=limiter, identify=identify, on_reject=on_reject)
     async with serve(app) as url, aiohttp.ClientSession(url) as client:
-        async with client.ws_connect("/ws") as ws:
-            assert ws._response.headers["X-APF-Flow-Schema"] == "everyone"
-            assert limiter.statistics().executing_requests == 0  # its seat went back
-            await asyncio.sleep(0.4)  # past the deadline: accepted WebSockets have none
-            await ws.send_str("ping")
-            assert await asyncio.wait_for(ws.receive_str(), 5) == "ping"
+        held = asyncio.create_task(client.get("/hold", headers={"x-user": "carol"}))
+        await wait_until(lambda: probe.entered == ["/hold"])
+        async with client.get("/fast") as response:
+            assert response.status == 503
+            assert await response.text() == "busy: concurrency-limit"
+            assert int(response.headers["Retry-After"]) >= 1
+            assert response.headers["X-APF-Flow-Schema"] == "everyone"
+        probe.open("hold")
+        async with await held as response:
+            assert response.headers["X-APF-Flow-Schema"] == "carol"
+
+
+async def test_a_limiter_it_creates_is_closed_at_cleanup() -> None:
+    app, middleware = make_app(Probe())
+    async with serve(app) as url, aiohttp.ClientSession(url) as client:
+        async with client.get("/fast") as response:
+            assert response.headers["X-APF-Flow-Schema"] == "anonymous"  # the default config
+        assert not middleware.limiter.closed
+    assert middleware.limiter.closed
+
+
+def test_contradicting_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="limiter or a config"):
+        AiohttpMiddleware(limiter=Limiter(), config=level_config(limit=1))
+    with pytest.raises(ValueError, match="disconnect_poll"):
+        AiohttpMiddleware(disconnect_poll=0)
+    with pytest.raises(ValueError, match="invalid header name"):
+        AiohttpMiddleware(headers=ResponseHeaders(flow_schema="bad name"))
