@@ -80,6 +80,9 @@ class AiohttpMiddleware:
         disconnect_poll: Seconds between two looks at a queued request's connection, when
             the server's ``handler_cancellation`` is off.
 
+    Attributes:
+        gate: The request gate this middleware maps aiohttp onto.
+
     Raises:
         ValueError: On contradicting or out-of-range arguments.
         ConfigError: If ``config`` is invalid.
@@ -106,10 +109,9 @@ class AiohttpMiddleware:
         if not disconnect_poll > 0:
             raise ValueError(f"disconnect_poll must be positive, got {disconnect_poll!r}")
         self._owns_limiter = limiter is None
-        self._limiter = limiter if limiter is not None else Limiter(config)
         slow = slow_clients if slow_clients is not None else SlowClients()
-        self._gate = Gate(
-            self._limiter,
+        self.gate: Final = Gate(
+            limiter if limiter is not None else Limiter(config),
             wait_limit=wait_limit,
             slow_clients=dataclasses.replace(slow, min_body_rate=None),
             max_long_running=max_long_running,
@@ -122,13 +124,8 @@ class AiohttpMiddleware:
 
     @property
     def limiter(self) -> Limiter:
-        """The limiter requests are admitted through."""
-        return self._limiter
-
-    @property
-    def gate(self) -> Gate:
-        """The request gate this middleware maps aiohttp onto."""
-        return self._gate
+        """The limiter requests are admitted through (the gate's)."""
+        return self.gate.limiter
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Admit one request through the gate and run ``handler`` holding its seats."""
@@ -148,7 +145,7 @@ class AiohttpMiddleware:
             long_running = long_running or "Upgrade" in request.headers  # a WebSocket
         timeout = options.request_timeout if options is not None else None
         try:
-            ticket = self._gate.start(digest, long_running, timeout)  # never waits
+            ticket = self.gate.start(digest, long_running, timeout)  # never waits
         except Rejected as rejected:
             return self._reject(request, rejected)
         error: BaseException | None = None
@@ -212,10 +209,10 @@ class AiohttpMiddleware:
     async def close(self, app: web.Application) -> None:
         """The ``on_cleanup`` hook: close a limiter the middleware created."""
         if self._owns_limiter:
-            self._limiter.close()
+            self.gate.limiter.close()
 
     def __repr__(self) -> str:
-        return f"<AiohttpMiddleware {self._limiter!r}>"
+        return f"<AiohttpMiddleware {self.gate.limiter!r}>"
 
 
 def setup(app: web.Application, **options: Any) -> AiohttpMiddleware:

@@ -12,26 +12,13 @@ from aiohttp import web
 
 from apf_limiter.aiohttp import AiohttpMiddleware, setup
 from apf_limiter.asgi import Identity, route_options
+from tests.asgi.apps import Probe
 
 
 def user_from_header(request: web.Request) -> Identity | None:
     """An ``identify`` hook: the ``x-user`` request header names the user."""
     user = request.headers.get("x-user")
     return Identity(user) if user else None
-
-
-class Probe:
-    """What the handlers saw, and events that hold them until the test sets them."""
-
-    def __init__(self) -> None:
-        self.entered: list[str] = []
-        self.gates: dict[str, asyncio.Event] = {}
-
-    def gate(self, name: str) -> asyncio.Event:
-        return self.gates.setdefault(name, asyncio.Event())
-
-    def open(self, name: str) -> None:
-        self.gate(name).set()
 
 
 def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMiddleware]:

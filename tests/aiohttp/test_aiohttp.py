@@ -13,8 +13,8 @@ from apf_limiter import Limiter, Rejected
 from apf_limiter.aiohttp import AiohttpMiddleware
 from apf_limiter.asgi import Identity, ResponseHeaders
 from apf_limiter.gate import SlowClients
-from tests.aiohttp.server import Probe, make_app, serve
-from tests.asgi.apps import level_config
+from tests.aiohttp.server import make_app, serve
+from tests.asgi.apps import Probe, level_config
 from tests.asgi.server import wait_until
 from tests.helpers import subject_schema
 
