@@ -68,6 +68,7 @@ ENGINE_FORBIDDEN_MODULES = (
     "apf_limiter._observer",
     "apf_limiter.gate",
     "apf_limiter.asgi",
+    "apf_limiter.aiohttp",
     "apf_limiter.observability",
     "apf_limiter._cli",
     "apf_limiter._plan_render",
@@ -85,6 +86,7 @@ OBSERVABILITY_ENGINE_MODULES = (
 
 FACADES = (
     "apf_limiter",
+    "apf_limiter.aiohttp",
     "apf_limiter.asgi",
     "apf_limiter.gate",
     "apf_limiter.config",

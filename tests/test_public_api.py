@@ -128,8 +128,18 @@ GATE_CONTRACT = [
     "shadow_value",
 ]
 
+AIOHTTP_CONTRACT = [
+    "AiohttpMiddleware",
+    "DISCONNECT_POLL",
+    "IdentifyHook",
+    "LongRunningHook",
+    "RejectHook",
+    "setup",
+]
+
 FACADES = {
     "apf_limiter": CONTRACT,
+    "apf_limiter.aiohttp": AIOHTTP_CONTRACT,
     "apf_limiter.asgi": ASGI_CONTRACT,
     "apf_limiter.config": CONFIG_CONTRACT,
     "apf_limiter.jobs": JOBS_CONTRACT,

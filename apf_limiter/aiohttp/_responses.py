@@ -1,0 +1,106 @@
+"""What the aiohttp middleware answers itself: 429, 504, 408 and 499, and the APF headers.
+
+The texts are the ASGI middleware's (:mod:`apf_limiter.asgi`), so that both front doors
+answer alike: a rejection is ``429 Too Many Requests`` with ``Retry-After`` and the JSON body
+``{"detail": "Too many requests, please try again later."}``; a request whose deadline passed
+before its response started gets ``504`` (Kubernetes' timeout filter), and a request whose
+client left while it was queued ``499`` (nginx's "client closed request", which only the
+access log sees). aiohttp takes header values as ``str``: the names are checked once here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+from aiohttp import web
+
+from apf_limiter._errors import Rejected
+from apf_limiter.asgi import REJECTION_DETAIL, ResponseHeaders
+from apf_limiter.asgi._responses import CLIENT_CLOSED_REQUEST, DEADLINE_DETAIL, header_name
+from apf_limiter.gate import Ticket, seconds_value
+
+
+def _json(detail: str) -> bytes:
+    return json.dumps({"detail": detail}, separators=(",", ":")).encode()
+
+
+_REJECTION_BODY: Final = _json(REJECTION_DETAIL)
+_DEADLINE_BODY: Final = _json(DEADLINE_DETAIL)
+
+
+def _name(name: str | None) -> str | None:
+    encoded = header_name(name)  # checked as the ASGI middleware checks it
+    return None if encoded is None else encoded.decode("ascii")
+
+
+class Headers:
+    """The APF response headers of one middleware, as ``str`` names (each may be off).
+
+    Args:
+        shown: Which headers to add, and their names.
+
+    Raises:
+        ValueError: If a name cannot be a header name.
+    """
+
+    __slots__ = ("flow_schema", "priority_level", "shadow", "queue_wait")
+
+    def __init__(self, shown: ResponseHeaders) -> None:
+        self.flow_schema = _name(shown.flow_schema)
+        self.priority_level = _name(shown.priority_level)
+        self.shadow = _name(shown.shadow)
+        self.queue_wait = _name(shown.queue_wait)
+
+    def names(self, response: web.StreamResponse, flow_schema: str, priority_level: str) -> None:
+        """Set the flow-schema and priority-level headers, unless the response set them."""
+        headers = response.headers
+        if self.flow_schema is not None:
+            headers.setdefault(self.flow_schema, flow_schema)
+        if self.priority_level is not None:
+            headers.setdefault(self.priority_level, priority_level)
+
+    def admitted(self, response: web.StreamResponse, ticket: Ticket) -> None:
+        """Set every header of an admitted request's response, as the response starts.
+
+        The shadow outcome is read now, not at admission: the would-be twin's outcome may
+        have been decided in between.
+        """
+        self.names(response, ticket.flow_schema, ticket.priority_level)
+        if self.queue_wait is not None:
+            response.headers[self.queue_wait] = seconds_value(ticket.queue_wait)
+        if self.shadow is not None:
+            shadow = ticket.shadow
+            if shadow is not None:
+                response.headers[self.shadow] = shadow
+
+
+def rejection(rejected: Rejected, headers: Headers) -> web.Response:
+    """The 429 answering a rejected request, with ``Retry-After`` and the APF headers."""
+    response = web.Response(
+        status=429,
+        body=_REJECTION_BODY,
+        content_type="application/json",
+        headers={"Retry-After": str(rejected.retry_after)},
+    )
+    headers.names(response, rejected.flow_schema, rejected.priority_level)
+    return response
+
+
+def expired(ticket: Ticket, headers: Headers) -> web.Response:
+    """The 504 answering a request whose deadline passed before its response started.
+
+    The connection closes: the rest of a request body was never read.
+    """
+    response = web.Response(status=504, body=_DEADLINE_BODY, content_type="application/json")
+    response.force_close()
+    headers.names(response, ticket.flow_schema, ticket.priority_level)
+    return response
+
+
+def client_gone(ticket: Ticket, headers: Headers) -> web.Response:
+    """The 499 of a request whose client left while it was queued (only the log sees it)."""
+    response = web.Response(status=CLIENT_CLOSED_REQUEST)
+    response.force_close()
+    headers.names(response, ticket.flow_schema, ticket.priority_level)
+    return response
