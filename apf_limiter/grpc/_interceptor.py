@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias
 
 import grpc
 
@@ -35,8 +35,8 @@ from apf_limiter.limiter import Limiter
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
 
-Context = grpc.aio.ServicerContext[Any, Any]
-Handler = grpc.RpcMethodHandler[Any, Any]
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 _MAX_METHODS: Final = 4096  # wrapped handlers kept: a catch-all generic handler serves any name
 
 

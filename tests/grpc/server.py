@@ -19,12 +19,12 @@ import contextvars
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
-Context = grpc.aio.ServicerContext[Any, Any]
-Handler = grpc.RpcMethodHandler[Any, Any]
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 #: When the call reached the server (set by :class:`Stamp`, the outermost interceptor).
 arrived: contextvars.ContextVar[float] = contextvars.ContextVar("arrived", default=0.0)
