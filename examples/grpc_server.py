@@ -73,7 +73,9 @@ async def main() -> list[tuple[bytes, dict[str, str]]]:
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = channel.unary_unary("/demo.Jobs/Run")
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+                "/demo.Jobs/Run"
+            )
             calls = [
                 call(b"%d" % n, metadata=(("authorization", "Bearer alice"),)) for n in range(6)
             ]
