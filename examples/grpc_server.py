@@ -67,7 +67,9 @@ async def main() -> list[tuple[bytes, dict[str, str]]]:
         config=CONFIG, identify=bearer_user, long_running={"/demo.Jobs/Watch"}
     )
     server = grpc.aio.server(interceptors=[interceptor])
-    handlers = {"Run": grpc.unary_unary_rpc_method_handler(run)}
+    handlers: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
+        "Run": grpc.unary_unary_rpc_method_handler(run)
+    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("demo.Jobs", handlers),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
