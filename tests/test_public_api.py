@@ -137,6 +137,17 @@ AIOHTTP_CONTRACT = [
     "setup",
 ]
 
+GRPC_CONTRACT = [
+    "APFInterceptor",
+    "FLOW_SCHEMA_KEY",
+    "PRIORITY_LEVEL_KEY",
+    "QUEUE_WAIT_KEY",
+    "REASON_KEY",
+    "RETRY_PUSHBACK_KEY",
+    "SHADOW_KEY",
+    "peer_host",
+]
+
 FACADES = {
     "apf_limiter": CONTRACT,
     "apf_limiter.aiohttp": AIOHTTP_CONTRACT,
@@ -144,6 +155,7 @@ FACADES = {
     "apf_limiter.config": CONFIG_CONTRACT,
     "apf_limiter.jobs": JOBS_CONTRACT,
     "apf_limiter.gate": GATE_CONTRACT,
+    "apf_limiter.grpc": GRPC_CONTRACT,
     "apf_limiter.observability": OBSERVABILITY_CONTRACT,
     "apf_limiter.testing": TESTING_CONTRACT,
 }

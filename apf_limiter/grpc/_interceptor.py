@@ -1,0 +1,276 @@
+"""APFInterceptor: Kubernetes API Priority and Fairness in front of a ``grpc.aio`` server.
+
+This module maps gRPC onto the request gate (:mod:`apf_limiter.gate`), which implements the
+life of a request once. Per call: classify it from its context
+(:mod:`apf_limiter.grpc._call`), start it through the gate (never waits), wait in a queue
+only if it must (bounded by the call's own deadline as well as the wait limit), run the
+handler holding the seats, and end the ticket however the call ends. A refusal is
+``RESOURCE_EXHAUSTED`` with ``grpc-retry-pushback-ms`` in the trailing metadata; a request
+deadline that passes (``request_timeout``) is ``DEADLINE_EXCEEDED``. A call cancelled while it
+waits (its client left, its deadline passed) is cancelled by gRPC itself: the gate's ticket
+then gives up its place and holds nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias
+
+import grpc
+
+from apf_limiter._errors import Rejected
+from apf_limiter.gate import Gate, SlowClients, Ticket
+from apf_limiter.grpc._call import (
+    FLOW_SCHEMA_KEY,
+    PRIORITY_LEVEL_KEY,
+    IdentifyHook,
+    add_names,
+    call_digest,
+    rejection_metadata,
+)
+from apf_limiter.limiter import Limiter
+
+if TYPE_CHECKING:
+    from apf_limiter.config._sources import ConfigSource
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+_MAX_METHODS: Final = 4096  # wrapped handlers kept: a catch-all generic handler serves any name
+
+
+class APFInterceptor(grpc.aio.ServerInterceptor):
+    """A ``grpc.aio`` server interceptor that admits calls through API Priority and Fairness.
+
+    Use it as ``grpc.aio.server(interceptors=[APFInterceptor(config=...)])``. Every kind of
+    method is admitted (unary and streaming, requests and responses); handlers are ``async``
+    functions or async generators. A call is a non-resource request with the verb ``post``
+    and the method's full name as its path (``/package.Service/Method``). See ``docs/grpc.md``.
+
+    Args:
+        limiter: The limiter to admit calls through (shared, e.g. with a metrics endpoint).
+        config: The configuration of a limiter the interceptor creates (``None`` and no
+            ``limiter``: the built-in configuration). Not together with ``limiter``.
+        identify: ``identify(context)``: the caller's user name, or ``(user, groups)``, or
+            ``None`` for anonymous (e.g. read from the ``authorization`` metadata).
+        long_running: The full names of the long-running methods (or a predicate on the
+            name): their seats go back as their response starts (the first message of a
+            response stream served by an async generator; otherwise as the handler starts),
+            and their request deadline ends then.
+        wait_limit: Seconds a call may wait in a queue, at most 60 (Kubernetes' cap);
+            ``None``: the configuration's ``requestWaitLimit``. A call's own deadline bounds
+            its wait too.
+        request_timeout: Seconds from arrival (queue wait included) after which a call that is
+            not long-running is cancelled and answered ``DEADLINE_EXCEEDED``; ``None``: none.
+        max_long_running: Caps on open long-running calls by flow-schema name (``"*"``: each
+            schema not named); one more is refused (``long-running-limit``).
+        metadata: Add the flow schema, priority level, queue wait (and shadow outcome) to the
+            trailing metadata of every admitted call.
+
+    Raises:
+        ValueError: On contradicting or out-of-range arguments.
+        ConfigError: If ``config`` is invalid.
+    """
+
+    def __init__(
+        self,
+        *,
+        limiter: Limiter | None = None,
+        config: ConfigSource | None = None,
+        identify: IdentifyHook | None = None,
+        long_running: Collection[str] | Callable[[str], bool] | None = None,
+        wait_limit: float | None = None,
+        request_timeout: float | None = 60.0,
+        max_long_running: Mapping[str, int] | None = None,
+        metadata: bool = True,
+    ) -> None:
+        if limiter is not None and config is not None:
+            raise ValueError("give APFInterceptor a limiter or a config, not both")
+        if isinstance(long_running, str):
+            raise ValueError(f"long_running must be a collection of names, got {long_running!r}")
+        self._limiter = limiter if limiter is not None else Limiter(config)
+        self._gate = Gate(
+            self._limiter,
+            wait_limit=wait_limit,
+            slow_clients=SlowClients(request_timeout=request_timeout, min_body_rate=None),
+            max_long_running=max_long_running,
+        )
+        self._identify = identify
+        if long_running is None or callable(long_running):
+            self._long_running = long_running
+        else:
+            self._long_running = frozenset(long_running).__contains__
+        self._metadata = metadata
+        self._handlers: dict[str, tuple[Handler, Handler]] = {}
+
+    @property
+    def limiter(self) -> Limiter:
+        """The limiter calls are admitted through."""
+        return self._limiter
+
+    @property
+    def gate(self) -> Gate:
+        """The request gate this interceptor maps gRPC onto."""
+        return self._gate
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """The method's handler, wrapped to admit each call (``None``: unknown method)."""
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method: str = handler_call_details.method
+        known = self._handlers.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self._wrap(handler, method)
+        if len(self._handlers) >= _MAX_METHODS:
+            self._handlers.clear()
+        self._handlers[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: Handler, method: str) -> Handler:
+        marked = self._long_running is not None and bool(self._long_running(method))
+        parse, serialize = handler.request_deserializer, handler.response_serializer
+        if handler.unary_unary is not None:
+            behavior = self._unary(handler.unary_unary, method, marked)
+            return grpc.unary_unary_rpc_method_handler(behavior, parse, serialize)
+        if handler.stream_unary is not None:
+            behavior = self._unary(handler.stream_unary, method, marked)
+            return grpc.stream_unary_rpc_method_handler(behavior, parse, serialize)
+        if handler.unary_stream is not None:
+            stream = self._stream(handler.unary_stream, method, marked)
+            return grpc.unary_stream_rpc_method_handler(stream, parse, serialize)
+        if handler.stream_stream is not None:
+            stream = self._stream(handler.stream_stream, method, marked)
+            return grpc.stream_stream_rpc_method_handler(stream, parse, serialize)
+        return handler  # pragma: no cover - gRPC handlers have one behavior
+
+    def _unary(
+        self, behavior: Callable[..., Any], method: str, long_running: bool
+    ) -> Callable[[Any, Context], Awaitable[Any]]:
+        """A call with one response: admitted before the handler, ended as it returns."""
+        gate, identify, names = self._gate, self._identify, self._metadata
+
+        async def admitted(request: Any, context: Context) -> Any:
+            try:
+                ticket = gate.start(call_digest(context, method, identify), long_running)
+            except Rejected as rejected:
+                await refuse(context, rejected)
+            error: BaseException | None = None
+            try:
+                if not ticket.admitted:
+                    await wait_in_queue(ticket, context)
+                if long_running:
+                    ticket.response_started()
+                response = behavior(request, context)
+                if inspect.isawaitable(response):
+                    response = await response
+            except BaseException as exc:
+                error = exc
+            finally:
+                # Every way the call ends (errors, cancellation, aborts) ends the ticket.
+                expired = ticket.end(error)
+            if expired:
+                await deadline_passed(context, ticket)
+            if error is not None:
+                raise error
+            if names:
+                add_names(context, ticket)
+            return response
+
+        return admitted
+
+    def _stream(
+        self, behavior: Callable[..., Any], method: str, long_running: bool
+    ) -> Callable[[Any, Context], AsyncIterator[Any]]:
+        """A call with a response stream: its response starts with its first message."""
+        gate, identify, names = self._gate, self._identify, self._metadata
+
+        async def admitted(request: Any, context: Context) -> AsyncIterator[Any]:
+            try:
+                ticket = gate.start(call_digest(context, method, identify), long_running)
+            except Rejected as rejected:
+                await refuse(context, rejected)
+            error: BaseException | None = None
+            try:
+                if not ticket.admitted:
+                    await wait_in_queue(ticket, context)
+                responses = behavior(request, context)
+                if hasattr(responses, "__aiter__"):  # an async generator
+                    async for message in responses:
+                        if long_running:
+                            ticket.response_started()  # idempotent past the first
+                        yield message
+                else:  # writes with context.write(): the stream is open as it starts
+                    if long_running:
+                        ticket.response_started()
+                    await responses
+            except BaseException as exc:
+                error = exc
+            finally:
+                expired = ticket.end(error)
+            if expired:
+                await deadline_passed(context, ticket)
+            if error is not None:
+                raise error  # GeneratorExit too: the server closed the stream
+            if names:
+                add_names(context, ticket)
+
+        return admitted
+
+    def __repr__(self) -> str:
+        return f"<APFInterceptor {self._limiter!r}>"
+
+
+async def wait_in_queue(ticket: Ticket, context: Context) -> None:
+    """Wait for seats, no longer than the wait limit nor the call's own deadline.
+
+    Kubernetes bounds the wait by the request's context too (``getRequestWaitContext`` in
+    ``apiserver/pkg/server/filters/priority-and-fairness.go``): a call whose client gave up
+    must not keep a place. Leaving (a time-out, a cancellation) gives the place up at once.
+    """
+    remaining = context.time_remaining()
+    try:
+        if remaining is None:
+            await ticket.wait()
+        else:
+            async with asyncio.timeout(remaining):
+                await ticket.wait()
+    except Rejected as rejected:  # the wait limit passed
+        await refuse(context, rejected)
+    except TimeoutError:
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            "apf_limiter: the call's deadline passed while it waited in a queue",
+            trailing_metadata=_names(ticket),
+        )
+
+
+async def refuse(context: Context, rejected: Rejected) -> NoReturn:
+    """Answer ``RESOURCE_EXHAUSTED`` with the pushback gRPC's retry policy honours."""
+    await context.abort(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"apf_limiter: rejected ({rejected.reason}) at priority level "
+        f"{rejected.priority_level}; retry after {rejected.retry_after}s",
+        trailing_metadata=rejection_metadata(rejected),
+    )
+    raise AssertionError("context.abort returned")  # pragma: no cover - it always raises
+
+
+async def deadline_passed(context: Context, ticket: Ticket) -> NoReturn:
+    """Answer a call whose request deadline passed (its seats went back already)."""
+    await context.abort(
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "apf_limiter: the request deadline passed",
+        trailing_metadata=_names(ticket),
+    )
+    raise AssertionError("context.abort returned")  # pragma: no cover - it always raises
+
+
+def _names(ticket: Ticket) -> tuple[tuple[str, str], ...]:
+    return ((FLOW_SCHEMA_KEY, ticket.flow_schema), (PRIORITY_LEVEL_KEY, ticket.priority_level))
