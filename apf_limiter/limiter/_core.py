@@ -87,6 +87,7 @@ class Core:
         self.hash_seed = secrets.randbits(64) if hash_seed is None else hash_seed
         now = self.clock.now()
         # adaptiveConcurrency: the controller runs with the learned ServerCL (_adapting.py).
+        # Also the job's (self.adaptive.adapter): held here for finish()'s one check when off.
         self.adapter = adapter = adapter_for(self.config, None, now)
         effective = self.config if adapter is None else adapter.effective(self.config)
         self.controller = Controller(effective, hash_seed=self.hash_seed, now=now)

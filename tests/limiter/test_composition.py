@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,31 @@ def test_the_scheduler_guard_is_in_run_due_and_its_two_listed_copies_only() -> N
     assert found == ["_core.arrive", "_core.finish", "_core.run_due"]
     internals = (SHELL.parents[1] / "docs" / "internals.md").read_text()
     assert "inlined in `Core.arrive` and `Core.finish`" in internals
+
+
+def test_the_periodic_work_is_three_jobs_the_file_check_first(tmp_path: Path) -> None:
+    path = tmp_path / "apf.json"
+    path.write_text(json.dumps(single_level_config(limit=1)))
+    limiter = Limiter.from_file(path, reload=True, reload_interval=1.0, clock=FakeClock())
+    core = limiter._core
+    assert core.scheduler.jobs == (limiter._reloader, core.adjustments, core.adaptive)
+    assert core.adaptive.next_run == NEVER  # adaptiveConcurrency is off
+    assert core.scheduler.next_check == 1.0  # the file's first check
+    limiter.close()
+    assert core.scheduler.next_check == 10.0  # the borrowing adjustments go on
+
+
+def test_a_reconfiguration_turns_the_adaptive_job_on_and_off() -> None:
+    limiter = Limiter(single_level_config(limit=10), clock=FakeClock())
+    adaptive = limiter._core.adaptive
+    assert adaptive.adapter is None and adaptive.next_run == NEVER
+    config = single_level_config(limit=10)
+    config["adaptiveConcurrency"] = {"minLimit": 2, "maxLimit": 40}
+    limiter.reconfigure(config)
+    assert adaptive.adapter is limiter._core.adapter is not None
+    due = adaptive.adapter.next_update
+    assert adaptive.next_run == due < 10.0  # before the first borrowing adjustment
+    assert limiter._core.scheduler.next_check == due
+    limiter.reconfigure(single_level_config(limit=10))
+    assert adaptive.adapter is None and adaptive.next_run == NEVER
+    assert limiter._core.scheduler.next_check == 10.0
