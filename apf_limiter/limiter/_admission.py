@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Generator
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from apf_limiter._clock import Timer
 from apf_limiter._digest import RequestDigest
@@ -19,16 +19,7 @@ from apf_limiter.engine._request import Request, RequestState
 from apf_limiter.limiter._shadow import ADMITTED_AT_ONCE, ShadowOutcome, Twin
 
 if TYPE_CHECKING:
-    from apf_limiter.limiter._core import Core
-
-
-class HoldsCore(Protocol):
-    """What an admission is built from: a :class:`~apf_limiter.Limiter`, which holds its core."""
-
-    @property
-    def _core(self) -> Core:
-        """The limiter's request path."""
-        ...
+    from apf_limiter.limiter._core import HoldsCore
 
 
 _EXECUTING: Final = RequestState.EXECUTING

@@ -43,6 +43,19 @@ _LINGERING: Final = RequestState.LINGERING
 logger = logging.getLogger("apf_limiter")
 
 
+class HoldsCore:
+    """What an admission is built from: a :class:`~apf_limiter.Limiter`, which holds its core.
+
+    Only declares the attribute, so that an admission reads it directly (compiled, a field
+    rather than a lookup by name); the core itself is held, not inherited.
+
+    Attributes:
+        _core: The limiter's request path.
+    """
+
+    _core: Core
+
+
 class Core:
     """A limiter's parts and the request path; :class:`Limiter` holds one and adds the API.
 

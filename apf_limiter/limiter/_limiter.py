@@ -28,7 +28,7 @@ from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
 from apf_limiter.engine._dump import EngineDump, dump_engine
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
-from apf_limiter.limiter._core import Core
+from apf_limiter.limiter._core import Core, HoldsCore
 from apf_limiter.limiter._reload import ConfigFile, Outcome, Reloader
 from apf_limiter.limiter._shadow import DEFAULT_MAX_SHADOW_TWINS
 
@@ -54,7 +54,7 @@ def check_wait_limit(wait_limit: float) -> None:
         )
 
 
-class Limiter:
+class Limiter(HoldsCore):
     """Kubernetes API Priority and Fairness for asyncio (and trio) code.
 
     Args:
