@@ -10,13 +10,21 @@ from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import ConfigError, ConfigProblem, Rejected
 from apf_limiter._version import __version__
 from apf_limiter.config._model import Configuration
+from apf_limiter.engine._dump import (
+    EngineDump,
+    FlowCount,
+    LevelDump,
+    QueueDump,
+    RequestDump,
+    WaitingSummary,
+)
 from apf_limiter.engine._shuffle_sharding import Dealer
 from apf_limiter.engine._statistics import (
     FlowSchemaStatistics,
     LimiterStatistics,
     PriorityLevelStatistics,
 )
-from apf_limiter.limiter import Admission, Limiter, ShadowOutcome
+from apf_limiter.limiter import Admission, Limiter, Phase, ShadowOutcome
 
 if TYPE_CHECKING:
     from apf_limiter.asgi import APFMiddleware
@@ -29,13 +37,20 @@ __all__ = [
     "ConfigProblem",
     "Configuration",
     "Dealer",
+    "EngineDump",
+    "FlowCount",
     "FlowSchemaStatistics",
+    "LevelDump",
     "Limiter",
     "LimiterStatistics",
+    "Phase",
     "PriorityLevelStatistics",
+    "QueueDump",
     "Rejected",
     "RequestDigest",
+    "RequestDump",
     "ShadowOutcome",
+    "WaitingSummary",
     "__version__",
     "load_config",
 ]

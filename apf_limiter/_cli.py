@@ -10,6 +10,10 @@ Subcommands:
   with ``--workers`` the seats per process and in total.
 * ``apf-limiter defaults [--form short|kubernetes] [--json]`` prints the built-in
   configuration, to start one's own from.
+* ``apf-limiter simulate CONFIG TRAFFIC [--json] [--compare OTHER] [--plot FILE]`` runs a
+  traffic scenario through the real engine in fake time and reports what it does.
+* ``apf-limiter replay CONFIG LOG [--format json|combined] [--field ROLE=NAME]...`` feeds a
+  recorded access log through a configuration: shadow mode, offline.
 * ``apf-limiter demo [--duration SECONDS] ...`` floods a local server with an elephant and
   some mice, behind a semaphore and then behind APF, and compares their latencies.
 
@@ -47,6 +51,7 @@ def _problem_line(file: str, problem: ConfigProblem) -> str:
 
 def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from apf_limiter._errors import ConfigError
+    from apf_limiter.config._changes import describe_enforcement
     from apf_limiter.config._sources import load_source
 
     files: list[str] = args.files
@@ -62,7 +67,8 @@ def _validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             continue
         levels = _plural(len(config.priority_levels), "priority level")
         schemas = _plural(len(config.flow_schemas), "flow schema")
-        print(f"{file}: OK ({levels}, {schemas})", file=out)
+        mode = describe_enforcement(config)
+        print(f"{file}: OK ({levels}, {schemas}; enforcement {mode})", file=out)
     checked = _plural(len(files), "file")
     if invalid:
         print(
@@ -208,6 +214,46 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return run(args, out, err)
 
 
+def _add_simulate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from apf_limiter._simulate._command import add_simulate
+
+    parser = subparsers.add_parser(
+        "simulate",
+        help="run a traffic scenario through a configuration, in fake time",
+        description="Run the traffic of a scenario file through the real engine in fake time "
+        "and report, per priority level, flow schema and flow, the requests served, the queue "
+        "wait p50/p99, the rejections with their reasons and Retry-After, and the seat limits "
+        "over time. CONFIG 'default' is the built-in configuration. See docs/simulate.md.",
+    )
+    add_simulate(parser)
+
+
+def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from apf_limiter._simulate._command import simulate
+
+    return simulate(args, out, err)
+
+
+def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from apf_limiter._simulate._command import add_replay
+
+    parser = subparsers.add_parser(
+        "replay",
+        help="feed a recorded access log through a configuration: shadow mode, offline",
+        description="Read an access log (JSON lines, or the combined log format with a request "
+        "time field), each line giving a request's start, duration, user or client, method "
+        "and path, and report what APF would have done to it. Unreadable lines are counted "
+        "and shown. See docs/simulate.md.",
+    )
+    add_replay(parser)
+
+
+def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from apf_limiter._simulate._command import replay
+
+    return replay(args, out, err)
+
+
 @dataclass(frozen=True)
 class _Command:
     name: str
@@ -219,6 +265,8 @@ _COMMANDS: tuple[_Command, ...] = (
     _Command("validate", _add_validate, _validate),
     _Command("show", _add_show, _show),
     _Command("defaults", _add_defaults, _defaults),
+    _Command("simulate", _add_simulate, _simulate),
+    _Command("replay", _add_replay, _replay),
     _Command("demo", _add_demo, _demo),
 )
 

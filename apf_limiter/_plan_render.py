@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from apf_limiter.config._changes import describe_adaptive, describe_enforcement
 from apf_limiter.config._model import (
     Configuration,
     FlowSchema,
@@ -34,8 +35,9 @@ _LEVEL_HEADERS = (
     "UPPER",
     "MAX SEATS",
     "QUEUES/HAND/LENGTH",
+    "ENFORCEMENT",
 )
-_LEVEL_RIGHT = (False, False, True, True, True, True, True, True, True)
+_LEVEL_RIGHT = (False, False, True, True, True, True, True, True, True, False)
 _SCHEMA_HEADERS = ("PRECEDENCE", "NAME", "PRIORITY LEVEL", "DISTINGUISHER", "RULES")
 _SCHEMA_RIGHT = (True, False, False, False, False)
 
@@ -145,7 +147,7 @@ def describe_rules(schema: FlowSchema) -> str:
     return " | ".join(_describe_rule(rule) for rule in schema.rules)
 
 
-def _level_row(plan: LevelPlan) -> list[str]:
+def _level_row(plan: LevelPlan, enforcement: str) -> list[str]:
     if plan.is_queuing:
         seats = str(plan.max_seats)
         queuing = f"{plan.queues}/{plan.hand_size}/{plan.queue_length_limit}"
@@ -161,6 +163,7 @@ def _level_row(plan: LevelPlan) -> list[str]:
         str(plan.upper_limit),
         seats,
         queuing,
+        enforcement,
     ]
 
 
@@ -205,10 +208,18 @@ def render_plan(
         *_workers_line(plan, workers),
         f"Request wait limit: {_number(config.request_wait_limit)}s"
         f"   borrowing period: {_number(config.borrowing_period)}s",
+        f"Enforcement: {describe_enforcement(config)}",
+        f"Adaptive concurrency: {describe_adaptive(config.adaptive_concurrency)}"
+        + (
+            " (learning starts from the server limit)"
+            if config.adaptive_concurrency is not None
+            and config.adaptive_concurrency.initial_limit is None
+            else ""
+        ),
         "",
         f"Priority levels ({len(plan.levels)}):",
     ]
-    level_rows = [_level_row(level) for level in plan.levels]
+    level_rows = [_level_row(level, config.enforcement_of(level.name)) for level in plan.levels]
     lines.extend(format_table(_LEVEL_HEADERS, level_rows, _LEVEL_RIGHT))
     schemas = order_flow_schemas(config.flow_schemas, config.imagined_flow_schemas)
     lines += ["", f"Flow schemas ({len(schemas)}, in matching order):"]

@@ -12,10 +12,15 @@ different service times), deterministic for a seed:
   (targets: 30 s and 60 s);
 * (d) steady — the coefficient of variation of ServerCL over 5 minutes (target: ≤ 10%);
 * (e) fairness — mice beside an elephant (3 C in flight), mice p99 queue wait against a FIFO
-  semaphore of C slots (target: ≤ 0.10 ×).
+  semaphore of C slots (target: ≤ 0.10 ×);
+* (g) restart — closed-loop clients (200 or 1,000, 50 ms ±10%) all arriving at once at a
+  limit of 10 × C (C = 40): the first baseline is learned congested. When ServerCL settles
+  in [0.8 C, 1.5 C] (target: ≤ 60 s, and stays), and after C halves at 120 s in
+  [0.4 C, 0.75 C] (target: ≤ 30 s); what probes cost (target: ≤ 5% of throughput) and
+  the requests rejected while one ran (target: none).
 
 ``python -m benchmarks.adaptive_bench`` prints the tables and writes
-``benchmarks/results/adaptive.json``; ``--quick`` runs (a) only, smaller.
+``benchmarks/results/adaptive.json``; ``--quick`` runs (a) and (g) only, smaller.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.adaptive_sim import Result, Run, cv, percentile, simulate
+from benchmarks.adaptive_sim import MIXED, Result, Run, cv, percentile, simulate
 from benchmarks.result_file import write_result
 
 __all__ = [
@@ -37,6 +42,7 @@ __all__ = [
     "hindsight",
     "knee",
     "main",
+    "restart",
     "settle_time",
     "steady",
 ]
@@ -52,11 +58,15 @@ def _adaptive(algorithm: str) -> dict[str, Any]:
 
 
 def settle_time(result: Result, capacity: float, start: float, end: float) -> float | None:
-    """Seconds after ``start`` from which ServerCL stays in [0.8 C, 1.5 C] until ``end``."""
+    """Seconds after ``start`` from which ServerCL stays in [0.8 C, 1.5 C] until ``end``.
+
+    Samples taken during a probe (the limit held low a moment to see the baseline) are left
+    out: the limit a probe restores is the one judged.
+    """
     settled: float | None = None
     for t, limit in result.limits:
-        if not start <= t < end:
-            continue
+        if not start <= t < end or t in result.probing:
+            continue  # a probe's moment at a low limit neither settles nor unsettles
         if 0.8 * capacity <= limit <= 1.5 * capacity:
             if settled is None:
                 settled = t - start
@@ -77,6 +87,7 @@ def knee(
         "start": start,
         "settled_after": settled,
         "final_limit": result.limits[-1][1],
+        "probes": result.probes,
         "passes": settled is not None and settled <= 60.0,
     }
 
@@ -132,6 +143,7 @@ def change(algorithm: str, capacity: int) -> dict[str, Any]:
         "algorithm": algorithm,
         "halved_back_after": down,
         "recovered_after": up,
+        "probes": result.probes,
         "passes": down is not None and down <= 30.0 and up is not None and up <= 60.0,
     }
 
@@ -147,6 +159,7 @@ def steady(algorithm: str, capacity: int) -> dict[str, Any]:
         "mean_limit": round(sum(limits) / len(limits), 2),
         # Each move of ServerCL re-plans the levels and runs a borrowing adjustment.
         "moves": sum(1 for a, b in itertools.pairwise(limits) if a != b),
+        "probes": result.probes,
         "passes": variation <= 0.10,
     }
 
@@ -177,6 +190,57 @@ def fairness(capacity: int, duration: float = 120.0) -> dict[str, Any]:
     return figures
 
 
+def restart(
+    algorithm: str,
+    capacity: int = 40,
+    clients: int = 200,
+    start_factor: float = 10.0,
+    halve_at: float = 120.0,
+    duration: float = 180.0,
+) -> dict[str, Any]:
+    """(g): every closed-loop client at once from ``start_factor`` × C; C halves later."""
+    steps = ((0.0, float(capacity)), (halve_at, capacity / 2))
+    start = round(start_factor * capacity)
+    run = Run(steps, 0.0, duration, start, _adaptive(algorithm), clients=clients)
+    result = simulate(run)
+    settled = settle_time(result, capacity, 0.0, halve_at)
+    halved = settle_time(result, capacity / 2, halve_at, duration)
+    work = MIXED[0][1]
+
+    def rate(at: float) -> float:
+        return (capacity if at < halve_at else capacity / 2) / work
+
+    cost = result.probe_cost(rate)
+    probe_rejected = result.probe_rejections()
+    before = result.limits_between(halve_at - 30.0, halve_at)
+    after = result.limits_between(duration - 30.0, duration)
+    return {
+        "algorithm": algorithm,
+        "capacity": capacity,
+        "clients": clients,
+        "start": start,
+        "settled_after": settled,
+        "limit_before_halving": [min(before), max(before)],
+        "halved_settled_after": halved,
+        "limit_after_halving": [min(after), max(after)],
+        "throughput": round(result.throughput(10.0, halve_at) / rate(0.0), 4),
+        "throughput_halved": round(
+            result.throughput(halve_at + 10.0, duration) / rate(halve_at), 4
+        ),
+        "probes": result.probes,
+        "probe_seconds": round(sum(end - begin for begin, end in result.probe_windows), 2),
+        "probe_cost": round(cost, 4),
+        "rejected": result.rejected,
+        "probe_rejected": probe_rejected,
+        "passes": settled is not None
+        and settled <= 60.0
+        and halved is not None
+        and halved <= 30.0
+        and cost <= 0.05
+        and probe_rejected == 0,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the criteria, print them, write the result file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -203,6 +267,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"(d) {row}")
         result["fairness"] = fairness(capacity)
         print(f"(e) {result['fairness']}")
+    restart_capacity = 10 if args.quick else 40
+    result["restart"] = [
+        restart(algorithm, restart_capacity, clients)
+        for clients in (5 * restart_capacity, 25 * restart_capacity)
+        for algorithm in ALGORITHMS
+    ]
+    for row in result["restart"]:
+        print(f"(g) {row}")
     result["seconds"] = round(time.perf_counter() - began, 1)
     write_result(result, args.out, default=_DEFAULT_OUT, quick=args.quick)
 

@@ -19,7 +19,7 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,12 +100,42 @@ class Flow:
 
 @dataclass
 class Result:
-    """What one run recorded."""
+    """What one run recorded.
+
+    ``limits`` samples ServerCL every second; ``probing`` holds the times of the samples taken
+    while a probe held it low for a moment (the criteria judge the limit outside them),
+    ``probes`` counts the probes of the run and ``probe_windows`` their spans (polled every
+    10 ms); ``rejections`` holds each rejected request's (arrival, rejection) times.
+    """
 
     duration: float
     completed: list[tuple[float, str, float, float]] = field(default_factory=list)
     rejected: int = 0
     limits: list[tuple[float, int]] = field(default_factory=list)
+    probing: set[float] = field(default_factory=set)
+    probes: int = 0
+    probe_windows: list[tuple[float, float]] = field(default_factory=list)
+    rejections: list[tuple[float, float]] = field(default_factory=list)
+
+    def probe_rejections(self) -> int:
+        """Rejected requests that arrived or waited while a probe held the limit low."""
+        return sum(
+            1
+            for arrived, rejected in self.rejections
+            if any(arrived <= end and start <= rejected for start, end in self.probe_windows)
+        )
+
+    def probe_cost(self, rate: Callable[[float], float]) -> float:
+        """Throughput lost in probe windows, as a fraction of all completions.
+
+        ``rate``: what the backend completes per second at a time when kept busy (what a
+        window starting then would have completed without its probe).
+        """
+        lost = sum(
+            max(0.0, rate(start) * (end - start) - len(self.window(start, end)))
+            for start, end in self.probe_windows
+        )
+        return lost / max(1, len(self.completed))
 
     def window(self, start: float, end: float) -> list[tuple[float, str, float, float]]:
         """Completions (time, level, latency, execution time) in ``[start, end)``."""
@@ -121,8 +151,8 @@ class Result:
         return percentile([c[3] if execution else c[2] for c in window], 0.99)
 
     def limits_between(self, start: float, end: float) -> list[int]:
-        """ServerCL, sampled every second in ``[start, end)``."""
-        return [limit for t, limit in self.limits if start <= t < end]
+        """ServerCL, sampled every second in ``[start, end)``, outside probes."""
+        return [limit for t, limit in self.limits if start <= t < end and t not in self.probing]
 
     def p99_series(self, *, execution: bool = False) -> list[tuple[float, float]]:
         """Per whole second of the run with completions: (its start, the p99 of that second)."""
@@ -185,6 +215,11 @@ class Run:
         fifo: A FIFO :class:`asyncio.Semaphore` of this many slots instead of the limiter.
         exponential: Each request's work drawn from an exponential distribution around its
             level's mean instead of ±10% around it (service times spread widely).
+        clients: Closed-loop clients instead of the open-loop traffic: this many, each its own
+            user, alternately at levels ``api`` and ``reports`` (both 50 ms ±10%: the levels
+            are equally busy, so ServerCL is what runs), all arriving at time 0 (a restart
+            under full load), each sending its next request as its last one ends (1 s after
+            a rejection).
     """
 
     capacity: tuple[tuple[float, float], ...]
@@ -196,6 +231,7 @@ class Run:
     elephant: int = 0
     fifo: int = 0
     exponential: bool = False
+    clients: int = 0
 
 
 async def _simulate(run: Run) -> Result:
@@ -209,10 +245,10 @@ async def _simulate(run: Run) -> Result:
     semaphore = asyncio.Semaphore(run.fifo) if run.fifo else None
     mean_work = sum(work * share for _, work, share in mixed)
     rate = run.load * run.capacity[0][1] / mean_work
-    spawned: set[asyncio.Task[None]] = set()
+    spawned: set[asyncio.Task[bool]] = set()
     stream = random.Random(run.seed)
 
-    async def request(level: str, work: float, user: int) -> None:
+    async def request(level: str, work: float, user: int) -> bool:
         arrived = clock.now()
         group = "api" if run.elephant else level
         digest = RequestDigest(user=f"{level}-{user}", groups=(group,), path="/work")
@@ -227,9 +263,11 @@ async def _simulate(run: Run) -> Result:
                     await backend.run(work)
         except Rejected:
             result.rejected += 1
-            return
+            result.rejections.append((arrived, clock.now()))
+            return False
         now = clock.now()
         result.completed.append((now, level, now - arrived, now - began))
+        return True
 
     async def arrivals() -> None:
         while True:
@@ -250,19 +288,52 @@ async def _simulate(run: Run) -> Result:
 
     async def sample_limits() -> None:
         while True:
-            result.limits.append((clock.now(), limiter.statistics().server_concurrency_limit))
+            now = clock.now()
+            result.limits.append((now, limiter.statistics().server_concurrency_limit))
+            adaptive = limiter.adaptive_concurrency
+            if adaptive is not None and adaptive.probing:
+                result.probing.add(now)
             await clock.sleep(1.0)
+
+    async def watch_probes() -> None:
+        began: float | None = None
+        while True:
+            adaptive = limiter.adaptive_concurrency
+            probing = adaptive is not None and adaptive.probing
+            if probing and began is None:
+                began = clock.now()
+            elif not probing and began is not None:
+                result.probe_windows.append((began, clock.now()))
+                began = None
+            await clock.sleep(0.01)
 
     async def elephant(slot: int) -> None:
         noise = random.Random(f"{run.seed}/elephant/{slot}")
         while True:
             await request("elephant", MIXED[0][1] * noise.uniform(0.9, 1.1), 0)
 
-    tasks = [asyncio.create_task(f()) for f in (arrivals, capacity_steps, sample_limits)]
+    async def client(number: int) -> None:
+        noise = random.Random(f"{run.seed}/client/{number}")
+        while True:
+            level = MIXED[number % 2][0]
+            if not await request(level, MIXED[0][1] * noise.uniform(0.9, 1.1), number):
+                await clock.sleep(1.0)
+
+    sources = (
+        (capacity_steps, sample_limits)
+        if run.clients
+        else (arrivals, capacity_steps, sample_limits)
+    )
+    tasks = [asyncio.create_task(f()) for f in sources]
+    if run.adaptive is not None:
+        tasks.append(asyncio.create_task(watch_probes()))
     tasks += [asyncio.create_task(elephant(slot)) for slot in range(run.elephant)]
+    tasks += [asyncio.create_task(client(number)) for number in range(run.clients)]
     try:
         await clock.advance(run.duration)
     finally:
+        adaptive = limiter.adaptive_concurrency
+        result.probes = 0 if adaptive is None else adaptive.probes
         everything = [*tasks, *spawned]
         for task in everything:
             task.cancel()

@@ -33,6 +33,7 @@ from starlette.authentication import (
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 
+from apf_limiter import Limiter
 from apf_limiter.asgi import APFMiddleware, route_options
 
 # token -> (user name, scopes). A real app verifies a JWT or asks its identity provider.
@@ -119,9 +120,12 @@ CONFIG: dict[str, Any] = {
     ],
 }
 
+# Built here, at import time, so a configuration error stops the import with its field paths
+# (Starlette would build APFMiddleware(config=...) only at startup: docs/asgi.md).
+limiter = Limiter(CONFIG)
 app = FastAPI()
 # The last middleware added runs first: authentication, then APF, then the routes.
-app.add_middleware(APFMiddleware, config=CONFIG)
+app.add_middleware(APFMiddleware, limiter=limiter)
 app.add_middleware(AuthenticationMiddleware, backend=BearerTokenBackend())
 
 

@@ -1,4 +1,4 @@
-"""The engine used directly: guard the jobs of an asyncio service, with priorities.
+"""Jobs in an asyncio service, with priorities and a flow per tenant: no HTTP words.
 
 Run it::
 
@@ -6,10 +6,11 @@ Run it::
     python examples/worker_pool.py --seconds 2
 
 Ten workers' worth of capacity, two priority levels: ``interactive`` (jobs users wait for) and
-``batch``; inside each level every tenant is its own flow. A batch tenant dumps hundreds of
-jobs at once; the interactive tenants keep submitting a job now and then. The interactive jobs
-keep flowing with short waits, the batch backlog drains at its share (plus what it borrows),
-and jobs that cannot wait are rejected with a retry hint instead of piling up.
+``batch``; inside each level every tenant is its own flow (``ByTenant``). A batch tenant dumps
+its whole backlog at once; the interactive tenants keep submitting a job now and then. The
+interactive jobs keep flowing with short waits, and the batch backlog drains at its share
+(plus what it borrows): what does not fit in its queues is retried after ``Retry-After``
+(``guard(..., retry_for=...)``) rather than dropped.
 """
 
 from __future__ import annotations
@@ -23,67 +24,37 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from apf_limiter import Limiter, Rejected, RequestDigest
-
-
-def _queuing(queues: int, hand_size: int, length_limit: int) -> dict[str, Any]:
-    return {
-        "type": "Queue",
-        "queuing": {"queues": queues, "handSize": hand_size, "queueLengthLimit": length_limit},
-    }
-
+from apf_limiter import Limiter, Rejected
+from apf_limiter.jobs import Job, guard, guarded
 
 CONFIG: dict[str, Any] = {
     "serverConcurrencyLimit": 10,
     "requestWaitLimit": 3,
     "borrowingPeriod": 1,  # re-share idle seats every second (Kubernetes: 10 s)
     "priorityLevels": [
-        {
-            "name": "interactive",
-            "limited": {
-                "nominalConcurrencyShares": 30,
-                "lendablePercent": 50,
-                "limitResponse": _queuing(16, 4, 20),
-            },
-        },
+        {"name": "interactive", "limited": {"nominalConcurrencyShares": 30, "lendablePercent": 50}},
+        # Batch keeps half of its seats: a level whose lower limit is 0 admits nothing while
+        # idle levels lend everything away. Short queues: a backlog beyond them is retried.
         {
             "name": "batch",
             "limited": {
-                # Keep half of its seats: a level whose lower limit is 0 admits nothing
-                # while idle levels lend everything away.
                 "nominalConcurrencyShares": 20,
                 "lendablePercent": 50,
-                "limitResponse": _queuing(16, 4, 100),
+                "limitResponse": {
+                    "type": "Queue",
+                    "queuing": {"queues": 16, "handSize": 4, "queueLengthLimit": 10},
+                },
             },
         },
     ],
     "flowSchemas": [
-        {
-            "name": "batch-jobs",
-            "priorityLevelConfiguration": {"name": "batch"},
-            "matchingPrecedence": 500,
-            "distinguisherMethod": {"type": "ByUser"},
-            "rules": [
-                {
-                    "subjects": [{"kind": "Group", "group": {"name": "batch"}}],
-                    "nonResourceRules": [{"verbs": ["post"], "nonResourceURLs": ["/jobs/*"]}],
-                }
-            ],
-        },
-        {
-            "name": "interactive-jobs",
-            "priorityLevelConfiguration": {"name": "interactive"},
-            "matchingPrecedence": 1000,
-            "distinguisherMethod": {"type": "ByUser"},
-            "rules": [
-                {
-                    "subjects": [{"kind": "Group", "group": {"name": "*"}}],
-                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                }
-            ],
-        },
+        {"name": "exports", "priorityLevelConfiguration": {"name": "batch"},
+         "jobs": {"kinds": ["export"]}, "distinguisherMethod": {"type": "ByTenant"}},
+        {"name": "interactive", "priorityLevelConfiguration": {"name": "interactive"},
+         "jobs": {"kinds": ["*"]}, "distinguisherMethod": {"type": "ByTenant"},
+         "matchingPrecedence": 2000},
     ],
-}
+}  # fmt: skip
 
 
 @dataclass
@@ -93,35 +64,44 @@ class Tally:
     waits: list[float] = field(default_factory=list)
 
 
-async def run_job(limiter: Limiter, tenant: str, group: str, work: float, tally: Tally) -> None:
-    digest = RequestDigest(user=tenant, groups=(group,), verb="post", path=f"/jobs/{group}")
-    try:
-        async with limiter.admit(digest) as admission:
-            tally.waits.append(admission.queue_wait)
-            await asyncio.sleep(work)  # the job itself
-        tally.done += 1
-    except Rejected:
-        tally.rejected += 1  # a real service would retry after rejected.retry_after seconds
+async def export(limiter: Limiter, tenant: str, tally: Tally) -> None:
+    """A batch job that must not be dropped: retried after Retry-After for up to a minute."""
+    async with guard(limiter, Job("export", tenant=tenant), retry_for=60) as admission:
+        tally.waits.append(admission.queue_wait)
+        await asyncio.sleep(0.1)  # the job itself
+    tally.done += 1
 
 
 async def simulate(seconds: float) -> dict[str, Tally]:
     limiter = Limiter(CONFIG)
     tallies: dict[str, Tally] = {}
-    jobs: list[asyncio.Task[None]] = []
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
+
+    @guarded(limiter, "preview", tenant=lambda tenant, tally: tenant)
+    async def preview(tenant: str, tally: Tally) -> None:
+        """An interactive job: a user waits for it, so a rejection is shown, not retried."""
+        await asyncio.sleep(0.05)
+
+    async def run_preview(tenant: str, tally: Tally) -> None:
+        started = loop.time()
+        try:
+            await preview(tenant, tally)
+        except Rejected:
+            tally.rejected += 1
+            return
+        tally.waits.append(loop.time() - started - 0.05)
+        tally.done += 1
+
     # The batch tenant dumps its whole backlog at once.
     batch = tallies.setdefault("etl (batch)", Tally())
-    jobs += [
-        asyncio.create_task(run_job(limiter, "etl", "batch", 0.1, batch))
-        for _ in range(int(150 * seconds))
-    ]
+    jobs = [asyncio.create_task(export(limiter, "etl", batch)) for _ in range(int(40 * seconds))]
 
     async def interactive(tenant: str, seed: int) -> None:
         tally = tallies.setdefault(f"{tenant} (interactive)", Tally())
         jitter = random.Random(seed)
         while loop.time() < end:
-            jobs.append(asyncio.create_task(run_job(limiter, tenant, "users", 0.05, tally)))
+            jobs.append(asyncio.create_task(run_preview(tenant, tally)))
             await asyncio.sleep(jitter.uniform(0.05, 0.15))
 
     await asyncio.gather(interactive("alice", 1), interactive("bob", 2))
@@ -134,7 +114,7 @@ def _p(values: Sequence[float], fraction: float) -> str:
     if not values:
         return "-"
     ordered = sorted(values)
-    return f"{ordered[max(1, math.ceil(fraction * len(ordered))) - 1] * 1000:.0f} ms"
+    return f"{max(0.0, ordered[max(1, math.ceil(fraction * len(ordered))) - 1]) * 1000:.0f} ms"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

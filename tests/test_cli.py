@@ -91,8 +91,11 @@ def _rows(text: str) -> dict[str, list[str]]:
 
 
 def _level_rows(text: str) -> dict[str, list[str]]:
+    """The level table's rows, without the last column (ENFORCEMENT: see its own test)."""
     levels_part = text.split("Priority levels", 1)[1].split("Flow schemas", 1)[0]
-    return _rows(levels_part.split("\n", 1)[1])  # past the title
+    rows = _rows(levels_part.split("\n", 1)[1])  # past the title
+    assert rows["NAME"][-1] == "ENFORCEMENT"
+    return {name: row[:-1] for name, row in rows.items()}
 
 
 def _schema_lines(text: str) -> list[str]:
@@ -108,7 +111,7 @@ def test_validate_good_file(good_file: str, capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out.splitlines()
     # The mandatory exempt and catch-all objects are added to the one level and two schemas.
     assert out == [
-        f"{good_file}: OK (3 priority levels, 4 flow schemas)",
+        f"{good_file}: OK (3 priority levels, 4 flow schemas; enforcement Enforce)",
         "1 file checked: all valid",
     ]
 
@@ -142,9 +145,12 @@ def test_validate_several_files(
 
     assert main(["validate", good_file, bad_file, str(json_file), missing]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"{good_file}: OK (3 priority levels, 4 flow schemas)"
+    assert out[0] == f"{good_file}: OK (3 priority levels, 4 flow schemas; enforcement Enforce)"
     assert all(line.startswith(f"{bad_file}: ") for line in out[1 : 1 + bad_count])
-    assert out[1 + bad_count] == f"{json_file}: OK (3 priority levels, 2 flow schemas)"
+    assert (
+        out[1 + bad_count]
+        == f"{json_file}: OK (3 priority levels, 2 flow schemas; enforcement Enforce)"
+    )
     assert out[2 + bad_count] == f"{missing}: cannot read the file: {_not_found(missing)}"
     assert out[3 + bad_count] == (f"4 files checked: 2 valid, 2 invalid ({bad_count + 1} problems)")
     assert len(out) == 4 + bad_count
@@ -383,3 +389,54 @@ def test_show_workers_states_the_seats_per_process_and_in_total(
     assert main(["show"]) == 0
     assert not any(line.startswith("Workers:") for line in capsys.readouterr().out.splitlines())
     assert main(["show", "--workers", "0"]) == 2
+
+
+# -- the mode, everywhere (issue 28, item 2) -------------------------------------------------------
+
+_MODES = """\
+enforcement: Shadow
+priorityLevelEnforcement:
+  global-default: Enforce
+adaptiveConcurrency:
+  minLimit: 4
+  maxLimit: 64
+"""
+
+
+def test_validate_and_show_name_the_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "modes.yaml"
+    file.write_text(_MODES, encoding="utf-8")
+    assert main(["validate", str(file)]) == 0
+    validated = capsys.readouterr().out.splitlines()
+    assert validated[0] == (
+        f"{file}: OK (4 priority levels, 5 flow schemas; "
+        "enforcement Shadow (Enforce: global-default))"
+    )
+    assert main(["show", str(file)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "Enforcement: Shadow (Enforce: global-default)" in lines
+    assert (
+        "Adaptive concurrency: Gradient 4..64, update every 1s, tolerance 1.2 "
+        "(learning starts from the server limit)"
+    ) in lines
+    levels_part = out.split("Priority levels", 1)[1].split("Flow schemas", 1)[0]
+    rows = _rows(levels_part.split("\n", 1)[1])
+    assert {name: row[-1] for name, row in rows.items()} == {
+        "NAME": "ENFORCEMENT",
+        "exempt": "Shadow",
+        "catch-all": "Shadow",
+        "global-default": "Enforce",
+        "workload-low": "Shadow",
+    }
+
+
+def test_show_says_when_everything_enforces_and_nothing_adapts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["show"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "Enforcement: Enforce" in lines
+    assert "Adaptive concurrency: off" in lines

@@ -1,10 +1,11 @@
 """The public API contract: the facades' exact exports, docstrings, the typed package, and the
 optional compiled build.
 
-The public API is what the five facades export in ``__all__``: ``apf_limiter``,
-``apf_limiter.asgi``, ``apf_limiter.config``, ``apf_limiter.observability`` and
-``apf_limiter.testing``. Everything else lives in private modules (``_name.py``, without
-``__all__``; tests/test_layering.py checks that). Changing a contract below is changing the API.
+The public API is what the six facades export in ``__all__``: ``apf_limiter``,
+``apf_limiter.asgi``, ``apf_limiter.config``, ``apf_limiter.jobs``,
+``apf_limiter.observability`` and ``apf_limiter.testing``. Everything else lives in private
+modules (``_name.py``, without ``__all__``; tests/test_layering.py checks that). Changing a
+contract below is changing the API.
 """
 
 from __future__ import annotations
@@ -31,13 +32,20 @@ CONTRACT = [
     "ConfigProblem",
     "Configuration",
     "Dealer",
+    "EngineDump",
+    "FlowCount",
     "FlowSchemaStatistics",
+    "LevelDump",
     "Limiter",
     "LimiterStatistics",
+    "Phase",
     "PriorityLevelStatistics",
+    "QueueDump",
     "Rejected",
     "RequestDigest",
+    "RequestDump",
     "ShadowOutcome",
+    "WaitingSummary",
     "__version__",
     "load_config",
 ]
@@ -98,12 +106,15 @@ OBSERVABILITY_CONTRACT = [
     "metrics_app",
 ]
 
+JOBS_CONTRACT = ["Job", "admit_with_retry", "guard", "guarded"]
+
 TESTING_CONTRACT = ["FakeClock"]
 
 FACADES = {
     "apf_limiter": CONTRACT,
     "apf_limiter.asgi": ASGI_CONTRACT,
     "apf_limiter.config": CONFIG_CONTRACT,
+    "apf_limiter.jobs": JOBS_CONTRACT,
     "apf_limiter.observability": OBSERVABILITY_CONTRACT,
     "apf_limiter.testing": TESTING_CONTRACT,
 }
@@ -120,6 +131,15 @@ def test_each_facade_exports_exactly_its_contract(facade: str) -> None:
         assert getattr(module, name) is not None, f"{facade}.{name} is missing"
 
 
+def test_admission_phase_is_exported() -> None:
+    # Admission.phase returns it: a caller must be able to compare with its members.
+    from apf_limiter import Limiter, Phase, RequestDigest
+
+    admission = Limiter().admit(RequestDigest(user="u"))
+    assert admission.phase is Phase.NEW
+    assert [phase.value for phase in Phase] == ["new", "queued", "admitted", "ended"]
+
+
 def test_documented_imports_work() -> None:
     from apf_limiter import (  # noqa: F401
         Admission,
@@ -132,6 +152,24 @@ def test_documented_imports_work() -> None:
         load_config,
     )
     from apf_limiter.testing import FakeClock  # noqa: F401
+
+
+def test_what_limiter_dump_returns_is_public_and_annotatable() -> None:
+    # A user annotates a dump with the public names: they are the very types it is built of.
+    from apf_limiter import EngineDump, FlowCount, LevelDump, QueueDump, RequestDump, WaitingSummary
+    from apf_limiter.testing import FakeClock
+
+    limiter = apf_limiter.Limiter(hash_seed=1, clock=FakeClock())
+    dump: EngineDump = limiter.dump()
+    assert type(dump) is EngineDump
+    level: LevelDump = dump.levels[0]
+    assert type(level) is LevelDump
+    for level in dump.levels:
+        assert all(type(queue) is QueueDump for queue in level.queues)
+        assert all(type(flow) is FlowCount for flow in level.rejected_flows)
+    assert RequestDump._fields[0] == "flow_schema"
+    summary = limiter.dump(waiting=False).levels[0].waiting_summary
+    assert type(summary) is WaitingSummary
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,6 +341,7 @@ def test_importing_the_package_does_not_load_the_configuration_parser() -> None:
     )
     loaded, used = result.stdout.splitlines()
     assert ast.literal_eval(loaded) == [
+        "apf_limiter.config._changes",  # the mode in words, for the log (the model alone)
         "apf_limiter.config._model",
         "apf_limiter.config._names",
         "apf_limiter.config._settings",

@@ -71,8 +71,19 @@ def _cells(result: ClientResult | None) -> list[str]:
     ]
 
 
+#: Under the table: what its latency columns measure, and how the elephant treats a 429.
+TABLE_NOTES: tuple[str, ...] = (
+    "p50/p99: latency of the served (200) responses only; the 429s are counted, not timed.",
+    "The elephant ignores Retry-After: it retries each 429 after 0.2 s, whatever it says.",
+)
+
+
 def render_table(runs: Mapping[str, Mapping[str, ClientResult]]) -> str:
-    """The side-by-side table: per client and run, served, 429s, p50 and p99 latency."""
+    """The side-by-side table: per client and run, served, 429s, p50 and p99 latency.
+
+    The table ends with :data:`TABLE_NOTES`: p50 and p99 time the served requests only, and
+    the elephant does not wait the ``Retry-After`` of its 429s.
+    """
     names = list(runs)
     clients: list[str] = []
     for results in runs.values():
@@ -106,4 +117,5 @@ def render_table(runs: Mapping[str, Mapping[str, ClientResult]]) -> str:
             cells = row[1 + 4 * index : 5 + 4 * index]
             line += " |" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
         lines.append(line)
+    lines += TABLE_NOTES
     return "\n".join(line.rstrip() for line in lines) + "\n"

@@ -3,7 +3,8 @@
 Kubernetes bounds every request that is not long-running with a deadline (``--request-timeout``,
 60 s; ``WithTimeoutForNonLongRunningRequests`` in ``apiserver/pkg/server/filters/timeout.go``
 answers 504 when nothing was written yet); without one, slow clients keep seats indefinitely.
-Every HTTP request that is not long-running is tracked from its arrival:
+Every request is tracked from its arrival; a long-running one (and a WebSocket) only until its
+response starts (or it is accepted), since until then it holds its seats like any other:
 
 * **The request deadline** (:data:`DEADLINE`): arrival + the route's, the priority level's or
   the middleware's ``request_timeout``, queue wait included.
@@ -93,7 +94,7 @@ class Deadlines:
 
         Args:
             admission: The request's admission, started.
-            scope: Its ``http`` scope.
+            scope: Its ``http`` or ``websocket`` scope.
             receive: The server's ``receive``.
             timeout: The route's deadline, or ``None`` for the level's or the default.
 

@@ -3,24 +3,24 @@
 Per request (``http`` and ``websocket`` scopes): build a digest (identity, path or resource,
 work estimate), admit it through the :class:`~apf_limiter.Limiter`, then run the application
 holding the seats, or answer 429. The admission is started with ``Admission.start()``, which
-never waits, so a request that finds free seats costs no event-loop round trip and never
-touches ``receive``; only a request that has to queue gets a helper task watching for its
-client to disconnect
-(:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the response body
-is complete; long-running ones (WebSockets, marked routes) give them back once the response has
-started or the socket is accepted. Every other HTTP request has a deadline and, with a body, a
-minimum body data rate (:mod:`apf_limiter.asgi._deadline`). At a priority level in shadow mode
-admission never holds nor rejects: the request runs at once, and ``shadow_header=`` tells its
-would-be outcome (:mod:`apf_limiter.asgi._shadow`). Wiring mistakes seen in requests are
-warned about once each (:mod:`apf_limiter.asgi._mistakes`). ``max_long_running=`` caps the
-open long-running requests of each flow schema (:mod:`apf_limiter.asgi._long_running`);
-``queue_wait_header=`` tells admitted requests' queue wait. ``lifespan`` passes through.
+never waits, so a request that finds free seats costs no event-loop round trip and never touches
+``receive``; only a request that has to queue gets a helper task watching for its client to
+disconnect (:mod:`apf_limiter.asgi._waiting`). Ordinary requests hold their seats until the
+response body is complete; long-running ones (WebSockets, marked routes) give them back once the
+response has started or the socket is accepted, and only until then have a deadline and a
+minimum body rate, which bind every other request (:mod:`apf_limiter.asgi._deadline`). At a
+priority level in shadow mode admission never holds nor rejects: the request runs at once, and
+``shadow_header=`` tells its would-be outcome (:mod:`apf_limiter.asgi._shadow`). Wiring mistakes
+seen in requests are warned about once each (:mod:`apf_limiter.asgi._mistakes`).
+``max_long_running=`` caps the open long-running requests of each flow schema
+(:mod:`apf_limiter.asgi._long_running`); ``queue_wait_header=`` tells admitted requests' queue
+wait. ``lifespan`` passes through.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from apf_limiter._errors import Rejected
 from apf_limiter._warn_once import WarnOnce
@@ -116,9 +116,9 @@ class APFMiddleware:
         max_total_body_buffer: Bytes kept by all queued requests together: while they reach
             it, no queued request reads (nor watches for a disconnect).
         request_timeout: Seconds from arrival (queue wait included) after which a request
-            that is not long-running is cancelled, its seats returned, and answered 504 (or
-            its response aborted if it started); ``None``: no deadline. Kubernetes'
-            ``--request-timeout`` is 60 s. A route's ``request_timeout`` comes first.
+            is cancelled, its seats returned, and answered 504 (or its response aborted if it
+            started); a long-running one (a WebSocket) only until it starts (is accepted).
+            ``None``: none. Kubernetes' ``--request-timeout`` is 60 s; a route's comes first.
         request_timeout_by_level: Deadlines by priority-level name (``None``: none), before
             ``request_timeout``.
         min_body_rate: Bytes per second a request body must keep up with, after
@@ -126,11 +126,12 @@ class APFMiddleware:
             408 (as with the deadline). ``None``: no minimum.
         body_rate_grace: The grace period of ``min_body_rate``, in seconds.
         debug_endpoints: Serve the debug endpoints under ``/debug/api_priority_and_fairness/``
-            (bypassing admission), guarded by ``authorize``.
+            (bypassing admission), guarded by ``authorize``; a mapping also turns them on, with
+            ``debug_app``'s options (``{"top_flows": 5, "hash_distinguishers": True}``).
         authorize: ``authorize(scope)``: whether a debug request may be served.
 
     Raises:
-        ValueError: On contradicting or out-of-range arguments.
+        ValueError: On contradicting or out-of-range arguments (debug options included).
         ConfigError: If ``config`` is invalid.
         ImportError: If ``debug_endpoints=True`` but the debug endpoints are not installed.
     """
@@ -160,7 +161,7 @@ class APFMiddleware:
         request_timeout_by_level: Mapping[str, float | None] | None = None,
         min_body_rate: float | None = 240.0,
         body_rate_grace: float = 5.0,
-        debug_endpoints: bool = False,
+        debug_endpoints: bool | Mapping[str, Any] = False,
         authorize: AuthorizeHook | None = None,
     ) -> None:
         if limiter is not None and config is not None:
@@ -212,9 +213,7 @@ class APFMiddleware:
             min_body_rate,
             body_rate_grace,
         )
-        self._debug_app: ASGIApp | None = None
-        if debug_endpoints:
-            self._debug_app = load_debug_app(self._limiter, authorize)
+        self._debug_app = load_debug_app(self._limiter, authorize, debug_endpoints)
 
     @property
     def limiter(self) -> Limiter:
@@ -257,16 +256,14 @@ class APFMiddleware:
             return
         if digest.seats is not None and seats_clamped(digest, admission):
             warn_clamped(self._warn, scope, source, digest, admission)
-        expiry: Expiry | None = None
-        if not long_running and kind == "http":
-            deadlines = self._deadlines
-            try:
-                expiry = deadlines.track(admission, scope, receive, timeout)
-            except BaseException:
-                admission.release(ran=False)  # no event loop it knows, say: the seats go back
-                raise
-            if expiry is not None and self._times_bodies:
-                receive = expiry.receive  # timed for the minimum rate, if there is a body
+        # Tracked until the response starts even if long-running: it holds seats until then.
+        try:
+            expiry = self._deadlines.track(admission, scope, receive, timeout)
+        except BaseException:
+            admission.release(ran=False)  # no event loop it knows, say: the seats go back
+            raise
+        if expiry is not None and self._times_bodies and kind == "http":
+            receive = expiry.receive  # timed for the minimum rate, if there is a body
         replay: ReplayReceive | None = None  # set only for a request that waited
         try:
             app_receive: Receive | None = receive
@@ -290,8 +287,7 @@ class APFMiddleware:
                 expiry.finish(None)
         finally:
             admission.release()
-            # Every way the call ends (errors, disconnects, cancellation) counts it out. (No
-            # deadline for a long-running request: nothing below this concerns it.)
+            # Every way the call ends (errors, disconnects, cancellation) counts it out.
             if counted is not None and caps is not None:
                 caps.leave(counted)
             if replay is not None:
@@ -368,7 +364,7 @@ class APFMiddleware:
         shadow_header = self._shadow_header
         if shadow_header is not None and admission.shadow is not None:
             # Below ours, so that the outcome is read as the response starts.
-            send = shadow_send(send, admission, shadow_header)
+            send = shadow_send(send, admission, shadow_header, self._limiter.clock)
 
         # A plain function handing back the server's awaitable, not a coroutine: no extra
         # frame per message. So the seats go back as the application hands the server its
@@ -384,7 +380,10 @@ class APFMiddleware:
                 return send(message)
             if kind in STARTS:
                 if expiry is not None:
-                    expiry.started = True  # expiring now aborts the response
+                    if long_running or kind == "websocket.accept":
+                        expiry.disarm()  # exempt from now on: no deadline, no body rate
+                    else:
+                        expiry.started = True  # expiring now aborts the response
                 if long_running:
                     admission.release()
                 return send(with_headers(message, extra) if extra else message)

@@ -1,7 +1,7 @@
 """Wiring mistakes the middleware can see in its requests, each warned about once.
 
 * **Authentication outside of APF's reach.** Requests carry credentials (an ``Authorization``
-  header, a session cookie) but the scope has no ``user``, and the default identity is in use:
+  header) but the scope has no ``user``, and the default identity is in use:
   the authentication middleware runs after APF (or there is none that sets ``scope["user"]``),
   so every request is classified as anonymous. Checked only for anonymous requests (the first
   :data:`CHECK_ALL`, then one in :data:`CHECK_EVERY`), and only until it was warned about or
@@ -37,15 +37,14 @@ def credentials(scope: Scope) -> str | None:
         scope: An ``http`` or ``websocket`` scope (ASGI header names are lower-case).
 
     Returns:
-        ``"an Authorization header"`` or ``"a session cookie"`` (a ``Cookie`` header naming
-        something with ``session`` in it, as Starlette's ``SessionMiddleware`` and most
-        frameworks do), else ``None``.
+        ``"an Authorization header"``, else ``None``. A session cookie is not taken for
+        credentials: apps with anonymous sessions (a cart, a CSRF token, flash messages:
+        Starlette's ``SessionMiddleware`` sets its cookie for every visitor) send one on
+        every request, logged in or not, and the warning would be wrong for all of them.
     """
-    for name, value in scope.get("headers") or ():
+    for name, _ in scope.get("headers") or ():
         if name == b"authorization":
             return "an Authorization header"
-        if name == b"cookie" and b"session" in value.lower():
-            return "a session cookie"
     return None
 
 

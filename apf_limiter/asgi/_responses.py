@@ -14,6 +14,7 @@ was not read to its end.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 from collections.abc import Generator
@@ -243,10 +244,13 @@ _EXPIRED_BODIES: Final = {504: _json(DEADLINE_DETAIL), 408: _json(BODY_RATE_DETA
 async def send_expired(
     scope: Scope, send: Send, status: int, headers: list[tuple[bytes, bytes]]
 ) -> None:
-    """Answer an HTTP request that expired before its response started: 504 or 408.
+    """Answer a request that expired before its response started: 504 or 408.
+
+    A WebSocket not accepted yet gets the 504 as its denial response where the server offers
+    one, else its handshake is refused (``websocket.close``, which servers answer 403).
 
     Args:
-        scope: The request's ``http`` scope.
+        scope: The request's scope.
         send: The server's ``send``.
         status: 504 (the request deadline passed) or 408 (the body came in too slowly).
         headers: The APF headers to add to the response.
@@ -257,10 +261,18 @@ async def send_expired(
         (b"content-length", str(len(body)).encode("ascii")),
         *headers,
     ]
-    if str(scope.get("http_version", "1.1")).startswith("1"):
+    prefix = ""
+    if scope["type"] == "websocket":
+        if _DENIAL_EXTENSION not in (scope.get("extensions") or {}):
+            with contextlib.suppress(Exception):  # the client may be gone
+                close = {"type": "websocket.close", "code": WEBSOCKET_TRY_AGAIN_LATER, "reason": ""}
+                await send(close)
+            return
+        prefix = "websocket."
+    elif str(scope.get("http_version", "1.1")).startswith("1"):
         pairs.append((b"connection", b"close"))  # the rest of the body was never read
     try:
-        await send({"type": "http.response.start", "status": status, "headers": pairs})
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": prefix + "http.response.start", "status": status, "headers": pairs})
+        await send({"type": prefix + "http.response.body", "body": body})
     except Exception:
         pass  # the client may be gone (a server raises what it likes then): nothing to do

@@ -26,7 +26,10 @@ While more body is due (under asyncio), the call is not cancelled but handed ove
 a task of its own, and the application's first ``receive()`` after the kept messages awaits
 it. The application starts at once all the same (it may answer without reading the body), and
 a ``receive`` built on an async generator (httpx's in-process transport, some wrappers), which
-loses a chunk when cancelled mid-call, loses nothing. Under trio a task cannot outlive the
+loses a chunk when cancelled mid-call, loses nothing. A call that completed in the very turn
+the wait ended is not cancelled but read: its message is replayed, or, a disconnect, acted on
+(the application never runs), since a server may report a disconnect only once (hypercorn).
+Under trio a task cannot outlive the
 helper's nursery, so the call is cancelled there, as Starlette cancels its own ``receive``
 calls.
 """
@@ -262,26 +265,55 @@ class _Watcher:
             except Exception as exc:  # the application will meet it at its own receive()
                 self.error = exc
                 return
-            kind = message.get("type")
-            if kind in _DISCONNECTS:
-                self.disconnected = True
+            if self.take(message):
                 if self.scope is not None:
                     self.scope.cancel()
                 return
-            self.messages.append(message)
-            size = charge(message)
-            kept += size
-            budget.take(size)
-            if kind == "websocket.connect" or not message.get("more_body", False):
-                self.complete = True
+            kept += charge(message)
+
+    def take(self, message: Message) -> bool:
+        """Keep a message read, or note a disconnect; whether it was a disconnect."""
+        kind = message.get("type")
+        if kind in _DISCONNECTS:
+            self.disconnected = True
+            return True
+        self.messages.append(message)
+        self.budget.take(charge(message))
+        if kind == "websocket.connect" or not message.get("more_body", False):
+            self.complete = True
+        return False
 
     def hand_over(self, entered: bool) -> asyncio.Future[Message] | None:
-        """The ``receive()`` in flight, for the application, if more body is due; else None."""
+        """The ``receive()`` in flight, for the application, if more body is due; else None.
+
+        A call that has completed already is not handed over: :meth:`take_completed` acts on
+        its message.
+        """
         pending = self.pending
-        if entered and pending is not None and not self.complete:
+        if entered and pending is not None and not self.complete and not pending.done():
             self.handed_over = True
             return pending
         return None
+
+    def take_completed(self) -> None:
+        """Act on a ``receive()`` that completed as the wait ended (the helper stopped).
+
+        The wait can end in the very event-loop turn in which the server's ``receive()``
+        returned: cancelling the helper then cancels nothing, and the message would be
+        dropped. A server reports a disconnect once (hypercorn), so a lost one would let the
+        application run for a client that left, holding its seats (and a long-running
+        request its ``max_long_running`` place) for good. So its message is kept (replayed
+        to the application) or, a disconnect, noted; an error is raised to the application.
+        """
+        pending = self.pending
+        if pending is None or self.handed_over or not pending.done() or pending.cancelled():
+            return  # cancelled before it completed: the server still holds its message
+        self.pending = None
+        error = pending.exception()
+        if error is None:
+            self.take(pending.result())
+        elif isinstance(error, Exception):
+            self.error = error
 
 
 async def _call(receive: Receive) -> Message:
@@ -335,6 +367,7 @@ async def wait_watching_disconnect(
         budget.give_back(watcher.messages)
         _cancel(pending)
         raise
+    watcher.take_completed()
     if watcher.messages or watcher.error is not None or pending is not None:
         receive = ReplayReceive(watcher.messages, receive, watcher.error, pending, budget)
     return Waited(entered, rejected, watcher.disconnected, receive)

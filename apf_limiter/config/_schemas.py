@@ -6,7 +6,9 @@ Kubernetes' ``ValidateFlowSchema``: object name, the spec (matching precedence, 
 level reference, rules), the mandatory objects' fixed specs, then status conditions; the rules
 themselves are in :mod:`apf_limiter.config._rules`. Deviation D2 (documented in
 docs/configuration.md): distinguisher types ``ByClientIP`` and ``ByHeader`` (with its ``header``)
-are supported; building stores a ``ByHeader`` header name lower-case.
+are supported; building stores a ``ByHeader`` header name lower-case. The ``jobs`` short form
+and the ``ByTenant`` distinguisher (``ByNamespace`` by its jobs name) are read and expanded by
+:mod:`apf_limiter.config._jobs`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from apf_limiter.config._envelope import (
     validate_conditions,
     validate_name,
 )
+from apf_limiter.config._jobs import BY_TENANT, JobsDraft, jobs_rule, parse_jobs, validate_jobs
 from apf_limiter.config._model import (
     DISTINGUISHER_TYPES,
     DistinguisherType,
@@ -39,6 +42,7 @@ SCHEMA_SPEC_KEYS: tuple[str, ...] = (
     "priorityLevelConfiguration",
     "distinguisherMethod",
     "rules",
+    "jobs",
 )
 DEFAULT_MATCHING_PRECEDENCE = 1000
 MAX_MATCHING_PRECEDENCE = 10000
@@ -61,12 +65,14 @@ class FlowSchemaDraft(EntryDraft):
         priority_level: ``spec.priorityLevelConfiguration.name``.
         distinguisher: ``spec.distinguisherMethod``.
         rules: ``spec.rules``.
+        jobs: ``spec.jobs``, the short form of one more rule (``None`` when absent).
     """
 
     matching_precedence: int = 0
     priority_level: str = ""
     distinguisher: DistinguisherDraft | None = None
     rules: list[RuleDraft] = field(default_factory=list)
+    jobs: JobsDraft | None = None
 
 
 def parse_flow_schema(
@@ -105,6 +111,7 @@ def parse_flow_schema(
             type=method.string("type") or "", header=method.string("header") or None
         )
     draft.rules = parse_rules(spec)
+    draft.jobs = parse_jobs(spec)
     draft.clean = len(problems) == before
     return draft
 
@@ -137,13 +144,17 @@ def validate_flow_schema(draft: FlowSchemaDraft, problems: Problems) -> None:
         problems.required(level_path, "must reference a priority level")
     for i, rule in enumerate(draft.rules):
         validate_rule(rule, index(join(spec, "rules"), i), problems)
+    if draft.jobs is not None:
+        validate_jobs(draft.jobs, join(spec, "jobs"), problems)
     _validate_mandatory(draft, problems)
     validate_conditions(draft.condition_types, draft.paths.status, problems)
 
 
 def _validate_distinguisher(method: DistinguisherDraft, path: str, problems: Problems) -> None:
-    if method.type not in DISTINGUISHER_TYPES:
-        problems.not_supported(join(path, "type"), method.type, DISTINGUISHER_TYPES)
+    if method.type not in DISTINGUISHER_TYPES and method.type != BY_TENANT:
+        problems.not_supported(
+            join(path, "type"), method.type, sorted((*DISTINGUISHER_TYPES, BY_TENANT))
+        )
     header_path = join(path, "header")
     if method.type == "ByHeader":
         if not method.header:
@@ -164,7 +175,13 @@ def _fixed_drafts() -> dict[str, FlowSchemaDraft]:
 
 
 def _spec_of(draft: FlowSchemaDraft) -> tuple[object, ...]:
-    return (draft.matching_precedence, draft.priority_level, draft.distinguisher, draft.rules)
+    return (
+        draft.matching_precedence,
+        draft.priority_level,
+        draft.distinguisher,
+        draft.rules,
+        draft.jobs,
+    )
 
 
 def _validate_mandatory(draft: FlowSchemaDraft, problems: Problems) -> None:
@@ -180,6 +197,8 @@ def build_flow_schema(draft: FlowSchemaDraft) -> FlowSchema:
     method = None
     if draft.distinguisher is not None:
         method_type = draft.distinguisher.type
+        if method_type == BY_TENANT:
+            method_type = "ByNamespace"
         header = (draft.distinguisher.header or "").lower() if method_type == "ByHeader" else ""
         method = FlowDistinguisherMethod(type=cast(DistinguisherType, method_type), header=header)
     return FlowSchema(
@@ -187,5 +206,6 @@ def build_flow_schema(draft: FlowSchemaDraft) -> FlowSchema:
         priority_level=draft.priority_level,
         matching_precedence=draft.matching_precedence,
         distinguisher_method=method,
-        rules=tuple(build_rule(rule) for rule in draft.rules),
+        rules=tuple(build_rule(rule) for rule in draft.rules)
+        + (() if draft.jobs is None else (jobs_rule(draft.jobs),)),
     )

@@ -6,8 +6,8 @@ The keys are ``serverConcurrencyLimit``, ``requestWaitLimit``, ``borrowingPeriod
 
 Their defaults, their bounds, and their reading and checking from the one document in our
 shape that holds them (settings are addressed by their bare names). Nothing else of the
-package is imported at run time: the shell imports :data:`MAX_REQUEST_WAIT_LIMIT` from here,
-and the model its defaults.
+package is imported at run time: the shell imports :data:`MAX_REQUEST_WAIT_LIMIT` and
+:data:`DEFAULT_MAX_FILE_SIZE` from here, and the model its defaults.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ SETTING_KEYS: tuple[str, ...] = (
 DEFAULT_SERVER_CONCURRENCY_LIMIT = 600
 DEFAULT_REQUEST_WAIT_LIMIT = 15.0
 DEFAULT_BORROWING_PERIOD = 10.0
+#: The largest configuration file read by default (``max_file_size``): 4 MiB, four times what a
+#: Kubernetes ConfigMap (the usual way to mount one) can hold, and room for about 12,000 flow
+#: schemas; what loading one that big costs: docs/configuration.md, "Very large
+#: configurations".
+DEFAULT_MAX_FILE_SIZE = 4 * 1024 * 1024
 #: Kubernetes caps any queue wait at one minute.
 MAX_REQUEST_WAIT_LIMIT = 60.0
 #: Kubernetes adjusts every 10 s; far shorter periods only burn CPU (a subnormal one broke the

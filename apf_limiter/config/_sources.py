@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from apf_limiter._errors import ConfigError
+from apf_limiter._errors import ConfigError, ConfigProblem
 from apf_limiter.config._adaptive import read_adaptive
 from apf_limiter.config._defaults import (
     MANDATORY_FLOW_SCHEMAS,
@@ -51,8 +51,19 @@ from apf_limiter.config._schemas import (
     parse_flow_schema,
     validate_flow_schema,
 )
-from apf_limiter.config._settings import SETTING_KEYS, read_enforcement, read_settings
-from apf_limiter.config._text import parse_documents, parse_file, read_documents
+from apf_limiter.config._settings import (
+    DEFAULT_MAX_FILE_SIZE,
+    SETTING_KEYS,
+    read_enforcement,
+    read_settings,
+)
+from apf_limiter.config._text import (
+    NO_TEXT_DOCUMENT,
+    check_max_file_size,
+    parse_documents,
+    parse_file,
+    read_documents,
+)
 
 #: What :func:`load_config` accepts: the one definition of a configuration source.
 ConfigSource = (
@@ -89,13 +100,18 @@ def load_source(config: ConfigSource | None) -> Configuration:
     return load_config(config)
 
 
-def load_config(source: ConfigSource) -> Configuration:
+def load_config(
+    source: ConfigSource, *, max_file_size: int = DEFAULT_MAX_FILE_SIZE
+) -> Configuration:
     """Load and validate a configuration.
 
     Args:
         source: A :class:`Configuration` (returned unchanged); a mapping (our configuration
             shape, a single Kubernetes object or a ``kind: List``); a list of such documents; or
             the path of a ``.yaml``/``.yml`` (possibly multi-document) or ``.json`` file.
+        max_file_size: For a path: the largest file read, in bytes (4 MiB by default). Only
+            regular files are read (or symbolic links to one): a directory, a named pipe or a
+            device is refused without being read.
 
     Returns:
         A new, validated configuration, mandatory objects included. An empty mapping (``{}``,
@@ -107,11 +123,13 @@ def load_config(source: ConfigSource) -> Configuration:
             that holds no document (empty, or only comments, ``---`` or ``null``) is refused:
             it is most often one caught half-written.
         TypeError: If ``source`` is none of the above.
+        ValueError: If ``max_file_size`` is not a positive integer.
     """
+    check_max_file_size(max_file_size)
     if isinstance(source, Configuration):
         return source
     if isinstance(source, str | os.PathLike):
-        return load_documents(read_documents(source))
+        return load_documents(read_documents(source, max_file_size))
     if isinstance(source, Mapping):
         return load_documents([source])
     if isinstance(source, list | tuple):
@@ -138,11 +156,18 @@ def load_file_content(data: bytes, name: str) -> Configuration:
 def load_config_text(text: str, *, format: str = "yaml") -> Configuration:
     """Load and validate a configuration from YAML (possibly multi-document) or JSON text.
 
+    Text that holds no document (empty, or only comments) is refused, as a file is: the
+    empty configuration is written ``{}``.
+
     Raises:
-        ConfigError: If the text cannot be parsed or the configuration is invalid.
+        ConfigError: If the text cannot be parsed, holds no document, or the configuration
+            is invalid.
         ValueError: If ``format`` is not ``"yaml"`` or ``"json"``.
     """
-    return load_documents(parse_documents(text, format))
+    documents = parse_documents(text, format)
+    if all(document is None for document in documents):
+        raise ConfigError([ConfigProblem("", NO_TEXT_DOCUMENT)])
+    return load_documents(documents)
 
 
 def load_documents(documents: Sequence[object]) -> Configuration:

@@ -7,17 +7,24 @@ name (empty for text), with the parser's line and column when it gives them. A k
 one mapping is a problem too, since the parsers would otherwise silently keep the last value.
 So is a file that holds no document (empty, or only comments): most often a file caught
 half-written, never a configuration someone meant.
+
+Files are read with :func:`read_file_bytes`: regular files only (a symbolic link to one is
+followed), of at most :data:`DEFAULT_MAX_FILE_SIZE` bytes unless told otherwise, so that a path
+that names a named pipe, a device (``/dev/zero``, ``/dev/stdin``) or a directory, or a file far
+bigger than any configuration, is refused at once instead of blocking or exhausting memory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from apf_limiter._errors import ConfigError, ConfigProblem
+from apf_limiter.config._settings import DEFAULT_MAX_FILE_SIZE
 
 FORMATS: tuple[str, ...] = ("yaml", "json")
 _SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}
@@ -27,22 +34,128 @@ NO_DOCUMENT = (
     "the file holds no configuration: it is empty, or only blank lines, comments, document "
     "markers or null (write {} for a deliberately empty configuration)"
 )
+#: The problem of text (``load_config_text``) that holds no document, as for a file.
+NO_TEXT_DOCUMENT = (
+    "the text holds no configuration: it is empty, or only blank lines, comments, document "
+    "markers or null (pass {} for a deliberately empty configuration)"
+)
 
 
-def read_documents(path: str | os.PathLike[str]) -> list[object]:
+# Not blocking on open: a named pipe swapped in between the stat and the open must not wait for
+# a writer. No controlling terminal from a terminal device either. Both are refused at once.
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+_CHUNK = 1 << 20
+
+
+def read_documents(
+    path: str | os.PathLike[str], max_size: int = DEFAULT_MAX_FILE_SIZE
+) -> list[object]:
     """Read the documents of a ``.yaml``/``.yml``/``.json`` file.
 
     Raises:
-        ConfigError: If the file has another suffix, cannot be read or parsed, or holds no
-            document (:func:`parse_file`).
+        ConfigError: If the file has another suffix, is not a regular file, is bigger than
+            ``max_size`` bytes, cannot be read or parsed, or holds no document
+            (:func:`read_file_bytes`, :func:`parse_file`).
     """
     name = os.fspath(path)
     file_format(name)  # an unsupported name is refused before the file is opened
+    return parse_file(read_file_bytes(name, max_size), name)
+
+
+def check_max_file_size(max_size: object) -> int:
+    """Check a file size limit given by a caller; return it.
+
+    Raises:
+        ValueError: If it is not a positive integer.
+    """
+    if type(max_size) is not int or max_size <= 0:
+        raise ValueError(f"max_file_size must be a positive integer of bytes, got {max_size!r}")
+    return max_size
+
+
+def read_file_bytes(name: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> bytes:
+    """Read a regular file of at most ``max_size`` bytes, never blocking on what it is.
+
+    The path is stat'ed first (following symbolic links) and refused unless it is a regular
+    file no bigger than ``max_size``; then it is opened without blocking and checked again on
+    the open descriptor, since the path may have been replaced in between; then at most
+    ``max_size + 1`` bytes are read, so that a file growing meanwhile is refused too.
+
+    Raises:
+        ConfigError: If the file cannot be read, is not a regular file (a directory, a named
+            pipe, a device, a socket) or holds more than ``max_size`` bytes.
+    """
     try:
-        data = Path(name).read_bytes()
+        before = os.stat(name)
     except (OSError, ValueError) as error:  # ValueError: a NUL byte in the name
         raise unreadable(name, error) from error
-    return parse_file(data, name)
+    _check_kind(name, before, max_size)
+    try:
+        fd = os.open(name, _OPEN_FLAGS)
+    except OSError as error:
+        raise unreadable(name, error) from error
+    try:
+        _check_kind(name, os.fstat(fd), max_size)
+        data = _read_at_most(fd, max_size + 1)
+    except OSError as error:
+        raise unreadable(name, error) from error
+    finally:
+        os.close(fd)
+    if len(data) > max_size:
+        raise _too_big(name, max_size, f"more than {max_size} bytes")
+    return data
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, _CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _check_kind(name: str, result: os.stat_result, max_size: int) -> None:
+    mode = result.st_mode
+    if not stat.S_ISREG(mode):
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    name,
+                    f"cannot read the file: it is {_kind(mode)}, not a regular file "
+                    "(only regular files are read, or symbolic links to one)",
+                )
+            ]
+        )
+    if result.st_size > max_size:
+        raise _too_big(name, max_size, f"{result.st_size} bytes")
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def _too_big(name: str, max_size: int, size: str) -> ConfigError:
+    message = f"the file is too big: {size}, over the limit of {max_size} bytes (max_file_size)"
+    return ConfigError([ConfigProblem(name, message)])
 
 
 def file_format(name: str) -> str:
@@ -164,7 +277,7 @@ def _parse_yaml(text: str, source: str) -> list[object]:
             if document is not None
         ]
     except yaml.MarkedYAMLError as error:
-        raise ConfigError([ConfigProblem(source, _yaml_message(error))]) from error
+        raise ConfigError([ConfigProblem(source, _yaml_message(error, text))]) from error
     except yaml.YAMLError as error:
         raise ConfigError([ConfigProblem(source, f"invalid YAML: {error}")]) from error
     except (ValueError, RecursionError) as error:
@@ -188,11 +301,28 @@ def _unparsable(error: ValueError | RecursionError) -> str:
     return str(error)
 
 
-def _yaml_message(error: Any) -> str:
+#: Said when a tab sits where YAML wants indentation: PyYAML's own words ("found character
+#: that cannot start any token") do not name it, and a tab looks like spaces in most editors.
+TAB_HINT = "a tab character: YAML indents with spaces only"
+
+
+def _yaml_message(error: Any, text: str) -> str:
     mark = error.problem_mark or error.context_mark
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     detail = error.problem or error.context or "syntax error"
+    if mark is not None and "tab" not in detail and _tab_at(text, mark.line, mark.column):
+        detail = f"{detail} ({TAB_HINT})"
     return f"invalid YAML{where}: {detail}"
+
+
+def _tab_at(text: str, line: int, column: int) -> bool:
+    """Whether the marked place is a tab, or follows one in its line's indentation."""
+    lines = text.splitlines()
+    if not 0 <= line < len(lines):
+        return False
+    content = lines[line]
+    indentation = content[: len(content) - len(content.lstrip(" \t"))]
+    return "\t" in indentation[: column + 1] or content[column : column + 1] == "\t"
 
 
 def _duplicate_checking_loader(yaml: Any, report: Callable[[str], None]) -> Any:

@@ -2,35 +2,16 @@
 
 The shell feeds :class:`AdaptiveLimit` one sample per request that ran (its level, execution
 time and seats) and calls :meth:`AdaptiveLimit.update` on its housekeeping schedule; a new
-limit is then applied as a new ServerCL, so APF divides whatever total is current.
+limit is then applied as a new ServerCL, so APF divides whatever total is current. Each
+update folds the samples into per-level baselines (``engine/_adaptive_baseline.py``: the
+signal), and the algorithm moves the limit from the latency ratio alone, so one interface
+serves both algorithms.
 
-The signal copes with APF's mixed traffic: levels have different service times, so each
-level is compared with its own *baseline*. Per level, an update's *estimate* is the mean
-execution time of at least :data:`MIN_SAMPLES` samples (kept across updates until there are
-that many), and the baseline is the same statistic learned while the backend kept up, so the
-two compare like with like whatever the spread of service times: a processor-sharing backend
-past its knee stretches every request by the same factor, and the mean with them. The
-update's *latency ratio* is the seat-weighted mean over the levels of estimate / baseline:
-about 1 while the backend keeps up, growing with the excess in flight once it queues.
-
-The baseline is not a minimum over a window of noisy estimates (whose bias grows with their
-noise, and would read a wide spread of service times as congestion). It is a pooled,
-precision-weighted mean that moves on evidence only (see :func:`_fold`):
-
-* an estimate significantly lower (by :data:`Z` standard errors) replaces it: the backend
-  got faster, or the baseline was learned congested;
-* one at most the baseline, or within the noise at no more concurrency than the baseline
-  was learned at, is pooled into it: noise averages out instead of ratcheting it down;
-* one higher at more concurrency is congestion, and does not move it (significantly higher
-  lowers the concurrency at which the baseline counts as learned).
-
-Pooled evidence fades over ``baselineWindow``. A service slower for good reads as congestion
-until the limit reaches ``minLimit``, where no lower concurrency can be tried and whatever
-runs is pooled: it is learned there. The first baseline comes
-from a level's earliest samples (:func:`_seed`): while the server is still filling up they
-ran at the lowest concurrency, and once concurrency stops rising they are all alike and the
-seed waits until it is precise. The algorithms only see the ratio, so one interface serves
-both.
+A baseline is only as true as the concurrency it was seen at: one learned while every client
+arrived at once (a restart under full load) is congested, and reads ~1 at that concurrency
+forever. A *probe* (:class:`_Probe`) looks below: when no baseline has evidence from under the
+concurrency that runs and nothing lowers it, the limit in force is halved for a moment, step
+by step while latency falls significantly, and restored.
 """
 
 from __future__ import annotations
@@ -39,26 +20,31 @@ import math
 from typing import Final, Protocol
 
 from apf_limiter.config._model import AdaptiveConcurrency
+from apf_limiter.engine._adaptive_baseline import Level, fold, required, seed
 
-#: Per level, an estimate needs at least this many samples; fewer are kept for the next one.
-MIN_SAMPLES: Final = 10
-#: Relative standard error at which a mean is precise enough: an estimate waits for the
-#: samples that take (``cv² / PRECISION²``: 10 for ±10% service times, 400 for exponential
-#: ones), within :data:`MIN_SAMPLES`..:data:`MAX_SAMPLES`.
-PRECISION: Final = 0.05
-#: An estimate never waits for more samples than this (±10% for exponential service times:
-#: waiting longer at a low limit would stall the limit's growth).
-MAX_SAMPLES: Final = 100
-#: A first baseline is taken from at least this many samples, and waits for at most
-#: :data:`SEED_SAMPLES` of them (±5% for exponential service times) while the limit is full.
-SEED_MIN: Final = 5
-SEED_SAMPLES: Final = 4 * MAX_SAMPLES
-#: Standard errors apart that make an estimate significantly different from the baseline.
-Z: Final = 3.0
 #: ServerCL moves only once the learned limit is this fraction of it (at least one seat)
 #: away: every move re-plans the levels, so a limit hovering between two values must not
 #: flip between them at every update.
 HYSTERESIS: Final = 0.03
+#: A probe (see :class:`_Probe`) lowers the limit to this fraction of the concurrency per step.
+PROBE_FACTOR: Final = 0.5
+#: A probe checks its step this often (a fraction of ``updateInterval``), and gives a step at
+#: most ``updateInterval`` to drain, and as long to measure, before it moves on.
+PROBE_CHECK: Final = 0.05
+#: A probe runs when some level's baseline has no evidence from below this fraction of the
+#: concurrency that runs (above :data:`PROBE_FACTOR`: a limit that saws a little around where
+#: a probe confirmed its baseline does not probe again).
+PROBE_TRIGGER: Final = 0.75
+#: Consecutive updates a baseline must stay unseen below the concurrency, with the limit not
+#: pushed down by the algorithm, before a probe: a start that builds up from an idle server
+#: sees the lower concurrency by itself in that time; a server filled at once (a restart
+#: under full load) never does.
+PROBE_AFTER: Final = 10
+#: The algorithm counts as lowering the limit (and no probe is needed) once it has fallen
+#: below this fraction of where those updates began.
+PROBE_FALLING: Final = 0.8
+#: Updates between the end of a probe and the next one: bounds what probing costs.
+PROBE_SPACING: Final = 10
 #: Per update, a gradient may at most halve or double the target.
 _MIN_GRADIENT: Final = 0.5
 _MAX_GRADIENT: Final = 2.0
@@ -122,33 +108,32 @@ def make_algorithm(settings: AdaptiveConcurrency) -> Algorithm:
     return Gradient(settings)
 
 
-class _Level:
-    """One level: its samples since its last estimate, and its baseline.
+class _Probe:
+    """A probe in progress: the limit lowered, step by step, under a baseline never seen below.
+
+    Each step holds ServerCL at ``limit`` (the concurrency it probes), waits until what is
+    held drained to it, drops the samples of the requests still running then (they started
+    congested) and takes one estimate per level from requests that ran at ``limit`` at most.
+    A step whose estimate is significantly lower replaces the baseline and halves again;
+    one that is not confirms the baseline there and ends the probe. APF queues what arrives
+    meanwhile: nothing is rejected that the queues would not have held anyway.
 
     Attributes:
-        latencies: Execution times since the last estimate (completion order), seconds.
-        seats: Their seats.
-        baseline: The baseline mean execution time (seconds; 0 until the first estimate).
-        weight: The samples pooled into it, fading over ``baselineWindow`` (0: none yet;
-            an estimate that replaces the baseline replaces its weight too, and one that
-            is not pooled adds none: the weight is the evidence the baseline rests on).
-        cv2: The squared coefficient of variation of its samples, pooled the same way: the
-            noise of a mean of ``n`` samples is ``baseline × √(cv2 / n)``.
-        concurrency: The concurrency the baseline was learned at, lowered when congestion
-            shows above it: estimates at no more than it are pooled both ways.
-        estimated: When it last took an estimate.
+        restore: The ServerCL in force before the probe, applied again at its end.
+        limit: The concurrency this step probes (the ServerCL in force).
+        draining: Whether the step still waits for what is held to drain to ``limit``.
+        began: When this step (or its measuring) began.
+        held: The seats held at the last check (a drain that stopped is over).
     """
 
-    __slots__ = ("baseline", "concurrency", "cv2", "estimated", "latencies", "seats", "weight")
+    __slots__ = ("began", "draining", "held", "limit", "restore")
 
-    def __init__(self, now: float) -> None:
-        self.latencies: list[float] = []
-        self.seats: list[int] = []
-        self.baseline = 0.0
-        self.weight = 0.0
-        self.cv2 = 0.0
-        self.concurrency = 0
-        self.estimated = now
+    def __init__(self, restore: int, limit: int, now: float, held: int) -> None:
+        self.restore = restore
+        self.limit = limit
+        self.draining = True
+        self.began = now
+        self.held = held
 
 
 class AdaptiveLimit:
@@ -168,6 +153,8 @@ class AdaptiveLimit:
         last_ratio: The latency ratio of the last update (0 before the first).
         last_latency: The execution time of the last sample (seconds).
         updates: Updates that had enough samples to run the algorithm.
+        probes: Probes run so far (each lowers the limit for a moment to see the baseline).
+        probing: Whether a probe holds the limit in force (``applied``) low now.
     """
 
     def __init__(
@@ -182,7 +169,14 @@ class AdaptiveLimit:
         self.last_ratio = 0.0
         self.last_latency = 0.0
         self.updates = 0
-        self._levels: dict[str, _Level] = {}
+        self.probes = 0
+        self.probing = False
+        self._probe: _Probe | None = None
+        self._next_probe = now
+        self._skip = 0  # samples still to drop: of requests that ran before a probe drained
+        self._unseen = 0  # consecutive updates that would have probed
+        self._unseen_limit = 0.0  # the learned limit when they began
+        self._levels: dict[str, Level] = {}
         self._started = now
         self._concurrency = 0  # at the last update
 
@@ -194,12 +188,17 @@ class AdaptiveLimit:
         self._algorithm = make_algorithm(settings)
         self.limit = min(max(self.limit, settings.min_limit), settings.max_limit)
         self.applied = _rounded(self.limit)
+        self._probe = None  # a probe's low limit is not kept past a reload
+        self.probing = False
 
     def sample(self, level: str, latency: float, seats: int) -> None:
         """Record one request that ran: its level, execution time (seconds) and seats."""
+        if self._skip:
+            self._skip -= 1
+            return
         state = self._levels.get(level)
         if state is None:
-            state = self._levels[level] = _Level(self._started)
+            state = self._levels[level] = Level(self._started)
         state.latencies.append(latency)
         state.seats.append(seats)
         self.last_latency = latency
@@ -216,6 +215,8 @@ class AdaptiveLimit:
             The new ServerCL when the rounded limit moved, else ``None``.
         """
         settings = self.settings
+        if self._probe is not None:
+            return self._probe_step(self._probe, now, seats_in_use)
         self.next_update = now + settings.update_interval
         # The concurrency the samples ran at, at most: what is held, within the limit.
         concurrency = min(self.applied, seats_in_use)
@@ -223,21 +224,21 @@ class AdaptiveLimit:
         self._concurrency = concurrency
         weighted = 0.0
         total_seats = 0
+        probe = max(settings.min_limit, math.floor(PROBE_FACTOR * concurrency))
+        unseen = False  # a level's baseline has no evidence from as low as a probe would go
         for name, level in self._levels.items():
             latencies = level.latencies
-            if len(latencies) < _required(level):
+            if len(latencies) < required(level):
                 continue  # kept for the next update
             seeding = level.weight <= 0.0 or level.baseline <= 0.0
             if seeding:
-                if not _seed(level, latencies, ramping):
+                if not seed(level, latencies, ramping):
                     continue  # the first baseline waits until it is precise
-                level.concurrency = concurrency
+                level.concurrency = level.seen = concurrency
             baseline = level.baseline
             # At minLimit no lower concurrency can be tried: what runs there is the baseline.
             floored = self.applied <= settings.min_limit
-            estimate = _fold(
-                level, now, settings.baseline_window, concurrency, not seeding, floored
-            )
+            estimate = fold(level, now, settings.baseline_window, concurrency, not seeding, floored)
             self.baselines[name] = level.baseline
             seats = sum(level.seats)
             latencies.clear()
@@ -246,11 +247,28 @@ class AdaptiveLimit:
                 continue  # instant requests say nothing about the backend
             weighted += seats * estimate / baseline
             total_seats += seats
+            unseen = unseen or level.seen > PROBE_TRIGGER * concurrency
         if total_seats == 0:
             return None
         ratio = weighted / total_seats
         self.last_ratio = ratio
         self.updates += 1
+        if not (unseen and probe < concurrency):
+            self._unseen = 0
+        elif self._unseen == 0 or self.limit < PROBE_FALLING * self._unseen_limit:
+            self._unseen, self._unseen_limit = 1, self.limit  # (again) from here
+        else:
+            self._unseen += 1  # and the algorithm is not lowering the limit either
+        if self._unseen >= PROBE_AFTER and now >= self._next_probe:
+            # Nothing lowers the concurrency, and no baseline was seen below it: it may have
+            # been learned congested (all clients at once after a restart). Look below.
+            self.probes += 1
+            self.probing = True
+            self._unseen = 0
+            self._probe = _Probe(self.applied, probe, now, seats_in_use)
+            self.next_update = now + PROBE_CHECK * settings.update_interval
+            self.applied = probe
+            return probe
         busy = waiting > 0 or 2 * seats_in_use >= self.limit
         limit = self._algorithm.next_limit(self.limit, ratio, busy)
         self.limit = min(max(limit, float(settings.min_limit)), float(settings.max_limit))
@@ -260,82 +278,61 @@ class AdaptiveLimit:
         self.applied = applied = _rounded(self.limit)
         return applied
 
-
-def _required(level: _Level) -> int:
-    """The samples an estimate of ``level`` waits for: as many as make its mean precise."""
-    if level.weight <= 0.0:
-        return MIN_SAMPLES
-    needed = math.ceil(level.cv2 / (PRECISION * PRECISION))
-    return min(max(needed, MIN_SAMPLES), MAX_SAMPLES)
-
-
-def _seed(level: _Level, latencies: list[float], ramping: bool) -> bool:
-    """Take a level's first baseline from its earliest samples; ``False``: wait for more.
-
-    The shortest prefix (at least :data:`SEED_MIN`) whose mean is :data:`PRECISION` precise.
-    Failing that, while concurrency is rising (the server is filling up: later samples ran
-    more congested) the first :data:`MAX_SAMPLES`; while it is not, all samples up to
-    :data:`SEED_SAMPLES`, waiting for them.
-    """
-    total = square = 0.0
-    for count, latency in enumerate(latencies, 1):
-        total += latency
-        square += latency * latency
-        if count < SEED_MIN:
-            continue
-        mean = total / count
-        variance = max(0.0, square / count - mean * mean)
-        precise = variance <= (PRECISION * mean) ** 2 * count
-        if precise or count >= SEED_SAMPLES or (ramping and count >= MAX_SAMPLES):
-            level.baseline = mean
-            level.weight = float(count)
-            level.cv2 = variance / (mean * mean) if mean > 0.0 else 0.0
-            return True
-    return False
-
-
-def _fold(
-    level: _Level, now: float, window: float, concurrency: int, pool: bool, floored: bool
-) -> float:
-    """Fold a level's samples into its baseline (see the module docstring); their mean.
-
-    ``pool`` is false for the samples a first baseline was just taken from: they are in it
-    already, and only say whether the rest of them ran congested. ``floored``: the limit is
-    at ``minLimit``, the lowest concurrency there is, so whatever runs there is pooled (a
-    service slower for good is learned there rather than read as congestion forever).
-    """
-    latencies = level.latencies
-    n = len(latencies)
-    mean = sum(latencies) / n
-    # Evidence fades over the window: an old baseline yields to new estimates.
-    weight = level.weight * (1.0 - min(1.0, (now - level.estimated) / window))
-    level.estimated = now
-    baseline = level.baseline
-    # The standard error of estimate - baseline, from the pooled spread (not this estimate's
-    # own: for skewed times a low mean comes with a low spread, and would look significant).
-    band = Z * baseline * math.sqrt(level.cv2 * (1.0 / n + 1.0 / max(weight, 1.0)))
-    if not pool:
-        if mean > baseline + band:
-            level.concurrency = concurrency - 1
-        return mean
-    if mean > 0.0:
-        variance = max(0.0, sum(x * x for x in latencies) / n - mean * mean)
-        level.cv2 += n / (weight + n) * (variance / (mean * mean) - level.cv2)
-    level.weight = weight
-    if mean < baseline - band:
-        level.baseline, level.weight = mean, float(n)
-        level.concurrency = concurrency
-    elif (
-        mean <= baseline
-        or floored
-        or (concurrency <= level.concurrency and mean <= baseline + band)
-    ):
-        level.baseline = (weight * baseline + n * mean) / (weight + n)
-        level.weight = weight + n
-    elif mean > baseline + band:
-        # Congested at this concurrency: the baseline holds only below it.
-        level.concurrency = min(level.concurrency, concurrency - 1)
-    return mean
+    def _probe_step(self, probe: _Probe, now: float, seats_in_use: int) -> int | None:
+        """Run a probe's check: drain, measure, then halve again, or end it."""
+        interval = self.settings.update_interval
+        self.next_update = now + PROBE_CHECK * interval
+        timed_out = now - probe.began >= interval
+        if probe.draining:
+            held, probe.held = probe.held, seats_in_use
+            # Drained: down to the probe's limit, or as far as the levels' limits let it go.
+            if seats_in_use > probe.limit and seats_in_use < held and not timed_out:
+                return None
+            # The requests running now started congested: their samples are dropped.
+            probe.draining = False
+            probe.began = now
+            self._skip = seats_in_use
+            for level in self._levels.values():
+                level.latencies.clear()
+                level.seats.clear()
+            return None
+        levels = [level for level in self._levels.values() if level.latencies]
+        if not timed_out and (
+            not levels or any(len(level.latencies) < required(level) for level in levels)
+        ):
+            return None  # every level that runs here is measured, unless that takes too long
+        lower = False
+        for name, level in self._levels.items():
+            if len(level.latencies) < required(level) or level.baseline <= 0.0:
+                continue
+            baseline = level.baseline
+            fold(level, now, self.settings.baseline_window, probe.limit, True, False)
+            if level.baseline < baseline and level.weight == len(level.latencies):
+                lower = True  # replaced: significantly lower down here
+            level.concurrency = min(level.concurrency, probe.limit)
+            level.seen = min(level.seen, probe.limit)
+            self.baselines[name] = level.baseline
+            level.latencies.clear()
+            level.seats.clear()
+        following = max(self.settings.min_limit, math.floor(PROBE_FACTOR * probe.limit))
+        if lower and following < probe.limit:
+            probe.limit = self.applied = following
+            probe.draining = True
+            probe.began = now
+            probe.held = seats_in_use
+            return following
+        # Down here the baseline holds (or nothing more can be seen): back to the limit.
+        self._probe = None
+        self.probing = False
+        self._skip = 0
+        self._concurrency = probe.limit
+        self._next_probe = now + PROBE_SPACING * interval
+        self.next_update = now + interval
+        for level in self._levels.values():
+            level.latencies.clear()
+            level.seats.clear()
+        self.applied = probe.restore
+        return probe.restore
 
 
 def _rounded(limit: float) -> int:

@@ -197,7 +197,7 @@ class Classifier:
         ValueError: On repeated schema names or an unusable distinguisher method.
     """
 
-    __slots__ = ("_catch_all", "_flow_schemas", "_index", "_seed")
+    __slots__ = ("_catch_all", "_flow_schemas", "_given", "_imagined", "_index", "_seed")
 
     def __init__(
         self,
@@ -207,6 +207,9 @@ class Classifier:
         imagined: Collection[str] = (),
     ) -> None:
         self._seed = hash_seed % _UINT64
+        # What it was built from, as given: built_for() compares by identity.
+        self._given = flow_schemas
+        self._imagined = imagined
         self._flow_schemas = order_flow_schemas(flow_schemas, imagined)
         targets = [(schema, _Target(schema, self._seed)) for schema in self._flow_schemas]
         self._index = MatchIndex(targets)
@@ -223,6 +226,10 @@ class Classifier:
     def hash_seed(self) -> int:
         """The flow-hash seed (already reduced modulo 2**64)."""
         return self._seed
+
+    def built_for(self, flow_schemas: Sequence[FlowSchema], imagined: Collection[str]) -> bool:
+        """Whether it was built from these very schemas (the same objects: no comparing)."""
+        return flow_schemas is self._given and imagined is self._imagined
 
     def __repr__(self) -> str:
         names = ", ".join(s.name for s in self._flow_schemas)
@@ -250,3 +257,21 @@ class Classifier:
                     "fall back on"
                 )
         return target.classification(digest)
+
+
+def classifier_for(
+    flow_schemas: Sequence[FlowSchema],
+    imagined: Collection[str],
+    hash_seed: int,
+    candidates: Sequence[Classifier | None] = (),
+) -> Classifier:
+    """The first candidate built from these very schemas, or a new classifier.
+
+    Building one for thousands of schemas is nearly all the work of applying a configuration:
+    the reload builds it on its worker thread beforehand (it reads nothing live), and a new
+    configuration with the same schemas (a new server limit) keeps the one in force.
+    """
+    for candidate in candidates:
+        if candidate is not None and candidate.built_for(flow_schemas, imagined):
+            return candidate
+    return Classifier(flow_schemas, hash_seed=hash_seed, imagined=imagined)

@@ -10,16 +10,22 @@ dropped requests for Retry-After, and keeps the counters that :meth:`statistics`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, cast
+from typing import Final
 
 from apf_limiter._digest import RequestDigest
 from apf_limiter.config._model import Configuration, PriorityLevel
 from apf_limiter.engine._borrowing import compute_borrowing
-from apf_limiter.engine._classifier import Classifier
+from apf_limiter.engine._classifier import Classifier, classifier_for
 from apf_limiter.engine._concurrency import plan_levels
+from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._effects import NO_EFFECTS, Effects, limit_changes
 from apf_limiter.engine._level import LevelState, check_level_references, narrowed_latency
-from apf_limiter.engine._request import FlowSchemaCounters, Request, RequestState
+from apf_limiter.engine._request import (
+    FlowSchemaCounters,
+    Request,
+    RequestLevel,
+    RequestState,
+)
 from apf_limiter.engine._retry_after import DroppedRequestsTracker
 from apf_limiter.engine._statistics import (
     FlowSchemaStatistics,
@@ -55,16 +61,20 @@ class Controller:
         self.classifier = Classifier(
             config.flow_schemas, hash_seed=hash_seed, imagined=config.imagined_flow_schemas
         )
-        self._apply(config, now)
+        self._apply(config, now, None)
 
     # ----------------------------------------------------------------------------------------
     # configuration
 
-    def apply(self, config: Configuration, now: float) -> Effects:
+    def prepare(self, config: Configuration) -> Classifier:
+        """The classifier of ``config``, for :meth:`apply`; reads nothing live (any thread)."""
+        return classifier_for(config.flow_schemas, config.imagined_flow_schemas, self.hash_seed)
+
+    def apply(self, config: Configuration, now: float, ready: Classifier | None = None) -> Effects:
         """Digest a (validated) configuration atomically, then run a borrowing adjustment.
 
         Changed levels reconfigure their queue sets; removed busy levels quiesce; a level that
-        reappears is reused; flow schemas are re-sorted.
+        reappears is reused; flow schemas are re-sorted (unless ``ready`` is :meth:`prepare`'s).
 
         Returns:
             The requests dispatched, the limits moved and the levels now quiescing.
@@ -75,7 +85,7 @@ class Controller:
         """
         limits = self._limits()
         quiescing = {name for name, state in self.levels.items() if state.quiescing}
-        dispatched = self._apply(config, now)
+        dispatched = self._apply(config, now, ready)
         newly_quiescing = sorted(name for name, state in self.levels.items() if state.quiescing)
         return Effects(
             dispatched,
@@ -83,12 +93,11 @@ class Controller:
             quiescing_levels=[name for name in newly_quiescing if name not in quiescing],
         )
 
-    def _apply(self, config: Configuration, now: float) -> list[Request]:
+    def _apply(self, config: Configuration, now: float, ready: Classifier | None) -> list[Request]:
         """:meth:`apply`, returning only the requests dispatched."""
         check_level_references(config)
-        classifier = Classifier(
-            config.flow_schemas, hash_seed=self.hash_seed, imagined=config.imagined_flow_schemas
-        )
+        schemas, imagined = config.flow_schemas, config.imagined_flow_schemas
+        classifier = classifier_for(schemas, imagined, self.hash_seed, (ready, self.classifier))
         configs: dict[str, PriorityLevel] = {pl.name: pl for pl in config.priority_levels}
         kept: dict[str, LevelState | None] = {name: self.levels.get(name) for name in configs}
         for name, state in self.levels.items():
@@ -156,13 +165,13 @@ class Controller:
             :data:`NO_EFFECTS` when the request does not wait at a closed level; else what the
             adjustment changed (the request itself may be among the dispatched).
         """
-        level = cast(LevelState, request.level)
+        level = request.level
         if request.state is not _WAITING or level.queue_set.concurrency_limit > 0:
             return NO_EFFECTS
         return self._adjust_borrowing(now, level)
 
     def _adjust_borrowing(
-        self, now: float, waking: LevelState | None, *, reconfigure: bool = False
+        self, now: float, waking: RequestLevel | None, *, reconfigure: bool = False
     ) -> Effects:
         """One borrowing adjustment; ``waking``'s seat demand counts as its smoothed demand.
 
@@ -272,7 +281,7 @@ class Controller:
         Returns:
             The requests dispatched by the freed seats (and a drained level's removal).
         """
-        level: LevelState = request.level  # type: ignore[assignment]  # not cast(): a call
+        level = request.level
         dispatched = level.queue_set.finish(request, now, ran)  # positional: every release
         request.counters.executing -= 1
         if not dispatched:
@@ -287,7 +296,7 @@ class Controller:
 
         Returns: the requests dispatched by the freed seats (and a drained level's removal).
         """
-        level: LevelState = request.level  # type: ignore[assignment]
+        level = request.level
         dispatched = level.queue_set.release(request, now)
         if dispatched:
             self._count_dispatched(dispatched)
@@ -302,7 +311,7 @@ class Controller:
         Returns:
             The requests dispatched afterwards (and a drained level's removal).
         """
-        level = cast(LevelState, request.level)
+        level = request.level
         dispatched = level.queue_set.cancel(request, now, timed_out=timed_out)
         request.ended_at = now
         counters = request.counters
@@ -322,19 +331,18 @@ class Controller:
 
     def is_exempt(self, request: Request) -> bool:
         """Whether the request's level is exempt."""
-        return cast(LevelState, request.level).queue_set.is_exempt
+        return request.level.queue_set.is_exempt
 
     def is_shadow(self, request: Request) -> bool:
         """Whether the request's level is in shadow mode (enforcement ``Shadow``)."""
-        return cast(LevelState, request.level).shadow
+        return request.level.shadow
 
     def overdue_lingering(self, overdue: float) -> list[Request]:
         """The lingering requests whose final seats were due back by ``overdue``."""
         return [
             request
             for state in self.levels.values()
-            for request in state.queue_set.lingering
-            if request.release_at <= overdue
+            for request in state.queue_set.overdue_lingering(overdue)
         ]
 
     @property
@@ -344,7 +352,7 @@ class Controller:
 
     def _record_drop(self, request: Request, now: float) -> None:
         """Record a drop for Retry-After (kept on the request) and for who is flooding."""
-        level = cast(LevelState, request.level)
+        level = request.level
         level.rejected_flows.record(request.flow_schema, request.distinguisher, now)
         self.tracker.record_dropped(level.name, int(now // 1))
         request.retry_after = self.tracker.retry_after(level.name)
@@ -361,7 +369,7 @@ class Controller:
             if request is not arrival:
                 counters.waiting -= 1
 
-    def _settled(self, level: LevelState, dispatched: Sequence[Request], now: float) -> Effects:
+    def _settled(self, level: RequestLevel, dispatched: Sequence[Request], now: float) -> Effects:
         """After a request left ``level``: drop the level if it was quiescing and is now idle."""
         if not (level.quiescing and level.is_drained) or self.levels.get(level.name) is not level:
             # Not quiescing, still busy, or already dropped (a request that lingered past the
@@ -371,7 +379,7 @@ class Controller:
         # Kubernetes re-queues a full config sync; shares and limits are recomputed without it.
         limits = self._limits()
         result = list(dispatched)
-        result.extend(self._apply(self.config, now))
+        result.extend(self._apply(self.config, now, None))
         removed = sorted(set(limits) - set(self.levels))
         return Effects(result, limit_changes(limits, self._limits()), removed)
 
@@ -393,4 +401,25 @@ class Controller:
             priority_levels=levels,
             flow_schemas=schemas,
             borrowing_error=self.borrowing_error,
+        )
+
+    def dump(self, now: float | None = None, *, waiting: bool = True) -> EngineDump:
+        """Copy every level, queue and request into an :class:`EngineDump` (a pure read).
+
+        Each level dumps itself and its queue set (as upstream's ``QueueSet.Dump``).
+
+        Args:
+            now: The current time, which says which rejections are in the last minute
+                (``LevelDump.rejected_flows``); ``None`` leaves those out.
+            waiting: ``False`` copies no waiting request: each level's ``waiting_summary``
+                counts them instead (what the metrics read, at a cost independent of the
+                queues' depth).
+        """
+        statistics = self.statistics()
+        levels = statistics.priority_levels
+        return EngineDump(
+            statistics,
+            tuple(
+                state.dump(levels[name], now, waiting) for name, state in list(self.levels.items())
+            ),
         )

@@ -1,14 +1,16 @@
-"""The engine's read interface: a frozen view of every level, queue and request.
+"""The engine's frozen read types: what a dump of a request, queue, queue set and level holds.
 
-In the style of Kubernetes' ``QueueSet.Dump()`` (``queueset.go``): :func:`dump_engine` copies
-what the debug dumps, the dashboard and the metrics show into frozen values, so that none of
-them reads (or can change) the engine's own objects. It only reads attributes.
+In the style of Kubernetes' ``QueueSet.Dump()`` (``queueset.go``, with its types in
+``apiserver/pkg/util/flowcontrol/debug/dump.go``): the queue set and the level each copy what
+the debug dumps, the dashboard and the metrics show into these frozen values
+(``QueueSet.dump``, ``LevelState.dump``, ``Controller.dump``), so that none of their readers
+reads (or can change) the engine's own objects. This module holds only the types: no engine
+logic, and nothing from the engine but the statistics it embeds, so observability may import it.
+The public ones are exported from :mod:`apf_limiter` (``Limiter.dump()`` returns an
+:class:`EngineDump`).
 
 Virtual times and work stay raw seat-second units (unsigned 64-bit fixed point, see
 ``_seat_seconds``); times are the shell's clock readings, in seconds.
-
-Containers are copied with ``list()`` before they are walked: a scrape from another thread then
-sees a consistent container even if the event loop changes it meanwhile.
 """
 
 from __future__ import annotations
@@ -16,14 +18,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from apf_limiter.engine._heavy_hitters import FlowCount
 from apf_limiter.engine._statistics import LimiterStatistics, PriorityLevelStatistics
 
 if TYPE_CHECKING:
     from apf_limiter._digest import RequestDigest
-    from apf_limiter.engine._controller import Controller
-    from apf_limiter.engine._level import LevelState
-    from apf_limiter.engine._request import Queue, Request
+
+
+READ_ONLY_VERBS: Final = frozenset({"get", "list", "watch", "head", "options"})
+"""Verbs counted as ``readOnly`` by ``read_vs_write_current_requests`` (HTTP's safe methods
+``head`` and ``options`` included: in Kubernetes a HEAD request is a ``get``)."""
+
+
+class FlowCount(NamedTuple):
+    """A flow's estimated rejections (an entry of :attr:`LevelDump.rejected_flows`).
+
+    Attributes:
+        flow_schema: The flow schema the requests matched.
+        distinguisher: Their flow distinguisher (``""`` at a level that does not hash flows).
+        rejections: Rejections counted: an upper bound of the true count.
+        error: How much ``rejections`` may overestimate (``rejections - error`` is a lower
+            bound).
+    """
+
+    flow_schema: str
+    distinguisher: str
+    rejections: int
+    error: int
 
 
 class RequestDump(NamedTuple):
@@ -82,6 +102,8 @@ class QueueDump:
         initial_seats_sum: Initial seats of the waiting requests, summed.
         max_seats_sum: Max seats of the waiting requests, summed.
         total_work_sum: Work of the waiting requests, summed (raw units).
+        waiting_requests: How many requests wait in it (``len(waiting)`` unless the dump was
+            taken with ``waiting=False``, which leaves ``waiting`` empty).
     """
 
     index: int
@@ -92,6 +114,83 @@ class QueueDump:
     initial_seats_sum: int
     max_seats_sum: int
     total_work_sum: int
+    waiting_requests: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingSummary:
+    """The waiting requests of one level, counted by the engine as they joined and left queues.
+
+    What a dump taken with ``waiting=False`` gives instead of the waiting requests: its cost
+    does not grow with the number of requests waiting (only ``flows`` grows, with the number
+    of distinct flows waiting).
+
+    Attributes:
+        requests: Waiting requests by flow schema.
+        seats: Seats the waiting requests ask for, by flow schema.
+        flows: Waiting requests by flow (flow schema, distinguisher).
+        read_only: Waiting requests whose verb is read-only (``READ_ONLY_VERBS``).
+    """
+
+    requests: dict[str, int]
+    seats: dict[str, int]
+    flows: dict[tuple[str, str], int]
+    read_only: int
+
+
+class QueueSetCounts(NamedTuple):
+    """A queue set's counters at one moment (what a level's statistics take from it).
+
+    Attributes:
+        concurrency_limit: Its current limit, in seats.
+        queues: How many queues it has.
+        requests_executing: Requests dispatched and not finished.
+        seats_in_use: Seats held (lingering requests included).
+        requests_waiting: Requests in its queues.
+        seats_waiting: Seats the waiting requests ask for.
+        dispatched: Requests dispatched so far.
+        rejected_queue_full: Arrivals rejected because their queue was full.
+        rejected_concurrency_limit: Arrivals rejected at a level without queues.
+        timed_out: Waits that ended at their wait limit.
+        cancelled: Waits whose waiter left.
+    """
+
+    concurrency_limit: int
+    queues: int
+    requests_executing: int
+    seats_in_use: int
+    requests_waiting: int
+    seats_waiting: int
+    dispatched: int
+    rejected_queue_full: int
+    rejected_concurrency_limit: int
+    timed_out: int
+    cancelled: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSetDump:
+    """The state of one queue set beyond its counters: virtual time, queues and requests.
+
+    ``QueueSet.dump`` produces it; ``LevelState.dump`` copies its fields into a
+    :class:`LevelDump` (see there for their meaning).
+    """
+
+    desired_num_queues: int
+    queue_length_limit: int
+    hand_size: int
+    active_queues: int
+    current_r: int
+    dispatch_r: int
+    latest_s: int
+    epoch_advances: int
+    epoch_advance_failures: int
+    r_overflows: int
+    no_accommodation: int
+    no_accommodation_by_flow_schema: dict[str, int]
+    queues: tuple[QueueDump, ...]
+    queueless_executing: tuple[RequestDump, ...]
+    lingering: tuple[RequestDump, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +225,8 @@ class LevelDump:
             bound, ``rejections - error`` a lower one, by which they are ranked). At a
             shadow level these are the twins': what enforcing would have rejected. Empty
             when the dump is taken without ``now``.
+        waiting_summary: With ``waiting=False``: the waiting requests counted (their queues'
+            ``waiting`` are then empty); ``None`` in a full dump.
     """
 
     name: str
@@ -148,6 +249,7 @@ class LevelDump:
     lingering: tuple[RequestDump, ...]
     shadow: bool = False
     rejected_flows: tuple[FlowCount, ...] = ()
+    waiting_summary: WaitingSummary | None = None
 
     @property
     def is_idle(self) -> bool:
@@ -167,121 +269,3 @@ class EngineDump:
 
     statistics: LimiterStatistics
     levels: tuple[LevelDump, ...]
-
-
-# A request's state is known from the container it is in (the queue set keeps them so), and
-# reading ``request.state.name`` would cost as much as the rest of the request's dump.
-_WAITING: Final = "WAITING"
-_EXECUTING: Final = "EXECUTING"
-_LINGERING: Final = "LINGERING"
-
-
-def dump_engine(controller: Controller, now: float | None = None) -> EngineDump:
-    """Copy the state of ``controller`` into an :class:`EngineDump` (a pure read).
-
-    Args:
-        controller: The engine to copy.
-        now: The current time, which says which rejections are in the last minute
-            (``LevelDump.rejected_flows``); ``None`` leaves those out.
-    """
-    statistics = controller.statistics()
-    levels = statistics.priority_levels
-    return EngineDump(
-        statistics,
-        tuple(
-            _dump_level(state, levels[name], now) for name, state in list(controller.levels.items())
-        ),
-    )
-
-
-def _dump_level(
-    state: LevelState, statistics: PriorityLevelStatistics, now: float | None
-) -> LevelDump:
-    qs = state.queue_set
-    return LevelDump(
-        name=state.name,
-        shadow=state.shadow,
-        rejected_flows=() if now is None else state.rejected_flows.top(now),
-        statistics=statistics,
-        desired_num_queues=qs.desired_num_queues,
-        queue_length_limit=qs.queue_length_limit,
-        hand_size=qs.hand_size,
-        max_seats=state.max_seats,
-        active_queues=qs.active_queues,
-        current_r=qs.current_r,
-        dispatch_r=qs.dispatch_r,
-        latest_s=qs.latest_s,
-        epoch_advances=qs.epoch_advances,
-        epoch_advance_failures=qs.epoch_advance_failures,
-        r_overflows=qs.r_overflows,
-        no_accommodation=qs.no_accommodation,
-        no_accommodation_by_flow_schema=dict(qs.no_accommodation_by_flow_schema),
-        queues=tuple(_dump_queue(index, queue) for index, queue in enumerate(list(qs.queues))),
-        queueless_executing=_by_start(
-            [_dump_request(request, -1, _EXECUTING) for request in list(qs.queueless_executing)]
-        ),
-        lingering=_by_start(
-            [
-                _dump_request(request, _queue_index(request), _LINGERING)
-                for request in list(qs.lingering)
-            ]
-        ),
-    )
-
-
-def _dump_queue(index: int, queue: Queue) -> QueueDump:
-    # Most queues are empty: they cost no list and no sort.
-    waiting = queue.waiting
-    executing = queue.executing
-    return QueueDump(
-        index,
-        tuple([_dump_request(request, index, _WAITING) for request in list(waiting)])
-        if waiting
-        else (),
-        _by_start([_dump_request(request, index, _EXECUTING) for request in list(executing)])
-        if executing
-        else (),
-        queue.next_dispatch_r,
-        queue.seats_in_use,
-        queue.initial_seats_sum,
-        queue.max_seats_sum,
-        queue.total_work_sum,
-    )
-
-
-def _dump_request(request: Request, queue_index: int, state: str) -> RequestDump:
-    # The digest is a slot the shell fills in; a request built by hand may lack it.
-    digest: RequestDigest | None = getattr(request, "digest", None)
-    # Positional: keywords would almost triple the cost of each request's tuple.
-    return RequestDump(
-        request.flow_schema,
-        request.priority_level,
-        request.distinguisher,
-        state,
-        queue_index,
-        request.initial_seats,
-        request.final_seats,
-        request.max_seats,
-        request.additional_latency_ns,
-        request.total_work,
-        request.arrival_time,
-        request.start_time,
-        request.release_at if state == _LINGERING else 0.0,
-        digest.verb if digest is not None else "",
-        digest,
-    )
-
-
-def _queue_index(request: Request) -> int:
-    queue = request.queue
-    return queue.index if queue is not None else -1
-
-
-def _start_key(request: RequestDump) -> tuple[float, float]:
-    return (request.start_time, request.arrival_time)
-
-
-def _by_start(requests: list[RequestDump]) -> tuple[RequestDump, ...]:
-    # A stable sort of the set's iteration order, as the dumps have always listed them.
-    requests.sort(key=_start_key)
-    return tuple(requests)

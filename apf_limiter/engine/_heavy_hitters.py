@@ -17,7 +17,9 @@ Only the rejection path feeds it (``Controller._record_drop``): the fast path pa
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import Final
+
+from apf_limiter.engine._dump import FlowCount
 
 #: Counters per sketch: any flow above 1/64 of a half-minute's rejections is always kept.
 SKETCH_CAPACITY: Final = 64
@@ -25,23 +27,6 @@ SKETCH_CAPACITY: Final = 64
 WINDOW_SECONDS: Final = 30.0
 
 Flow = tuple[str, str]  # (flow schema, distinguisher)
-
-
-class FlowCount(NamedTuple):
-    """A flow's estimated rejections.
-
-    Attributes:
-        flow_schema: The flow schema the requests matched.
-        distinguisher: Their flow distinguisher (``""`` at a level that does not hash flows).
-        rejections: Rejections counted: an upper bound of the true count.
-        error: How much ``rejections`` may overestimate (``rejections - error`` is a lower
-            bound).
-    """
-
-    flow_schema: str
-    distinguisher: str
-    rejections: int
-    error: int
 
 
 class SpaceSaving:

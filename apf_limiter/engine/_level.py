@@ -12,6 +12,7 @@ from typing import Final
 from apf_limiter.config._model import Configuration, PriorityLevel
 from apf_limiter.engine._borrowing import BorrowingInput, SeatDemandStats
 from apf_limiter.engine._concurrency import LevelPlan
+from apf_limiter.engine._dump import LevelDump
 from apf_limiter.engine._heavy_hitters import RejectedFlows
 from apf_limiter.engine._queueset import QueueSet
 from apf_limiter.engine._request import Request
@@ -130,12 +131,12 @@ class LevelState:
             waking: Whether the adjustment opens this level (deviation D5): its current seat
                 demand then counts as its smoothed demand.
         """
-        self.demand.update(self.queue_set.demand.reset(now))
-        plan = self.plan
         queue_set = self.queue_set
+        self.demand.update(queue_set.update_observations(now))
+        plan = self.plan
         smoothed = self.demand.smoothed
         if waking:
-            smoothed = max(smoothed, queue_set.seats_in_use + queue_set.seats_waiting)
+            smoothed = max(smoothed, queue_set.seat_demand)
         return BorrowingInput(
             exempt=plan.type == "Exempt",
             nominal_limit=plan.nominal_limit,
@@ -167,8 +168,8 @@ class LevelState:
     def statistics(self) -> PriorityLevelStatistics:
         """Return a frozen snapshot of the level."""
         plan = self.plan
-        qs = self.queue_set
-        timed_out = qs.timed_out
+        counts = self.queue_set.counts()
+        timed_out = counts.timed_out
         demand = self.demand
         return PriorityLevelStatistics(
             name=self.name,
@@ -180,26 +181,62 @@ class LevelState:
             borrowing_limit=plan.borrowing_limit,
             lower_limit=plan.lower_limit,
             upper_limit=plan.upper_limit,
-            current_limit=qs.concurrency_limit,
+            current_limit=counts.concurrency_limit,
             target_limit=self.target,
             max_seats=self.digested_max_seats,
-            queues=len(qs.queues),
-            executing_requests=qs.requests_executing,
-            executing_seats=qs.seats_in_use,
-            waiting_requests=qs.requests_waiting,
-            waiting_seats=qs.seats_waiting,
-            dispatched=qs.dispatched,
+            queues=counts.queues,
+            executing_requests=counts.requests_executing,
+            executing_seats=counts.seats_in_use,
+            waiting_requests=counts.requests_waiting,
+            waiting_seats=counts.seats_waiting,
+            dispatched=counts.dispatched,
             rejected={
-                "queue-full": qs.rejected_queue_full,
-                "concurrency-limit": qs.rejected_concurrency_limit,
+                "queue-full": counts.rejected_queue_full,
+                "concurrency-limit": counts.rejected_concurrency_limit,
                 "time-out": timed_out,
             },
             timed_out=timed_out,
-            cancelled=qs.cancelled,
+            cancelled=counts.cancelled,
             demand_high_watermark=demand.high_watermark,
             demand_average=demand.average,
             demand_stdev=demand.stdev,
             demand_smoothed=demand.smoothed,
+        )
+
+    def dump(
+        self, statistics: PriorityLevelStatistics, now: float | None, waiting: bool = True
+    ) -> LevelDump:
+        """Copy the level and its queue set into a :class:`LevelDump` (a pure read).
+
+        Args:
+            statistics: The level's statistics, taken in the same instant.
+            now: The current time, which says which rejections are in the last minute
+                (``LevelDump.rejected_flows``); ``None`` leaves those out.
+            waiting: ``False`` copies no waiting request: ``waiting_summary`` counts them.
+        """
+        dumped = self.queue_set.dump(waiting)
+        return LevelDump(
+            waiting_summary=None if waiting else self.queue_set.waiting_summary(),
+            name=self.name,
+            shadow=self.shadow,
+            rejected_flows=() if now is None else self.rejected_flows.top(now),
+            statistics=statistics,
+            desired_num_queues=dumped.desired_num_queues,
+            queue_length_limit=dumped.queue_length_limit,
+            hand_size=dumped.hand_size,
+            max_seats=self.max_seats,
+            active_queues=dumped.active_queues,
+            current_r=dumped.current_r,
+            dispatch_r=dumped.dispatch_r,
+            latest_s=dumped.latest_s,
+            epoch_advances=dumped.epoch_advances,
+            epoch_advance_failures=dumped.epoch_advance_failures,
+            r_overflows=dumped.r_overflows,
+            no_accommodation=dumped.no_accommodation,
+            no_accommodation_by_flow_schema=dumped.no_accommodation_by_flow_schema,
+            queues=dumped.queues,
+            queueless_executing=dumped.queueless_executing,
+            lingering=dumped.lingering,
         )
 
 

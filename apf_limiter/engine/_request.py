@@ -2,14 +2,18 @@
 
 They refer to each other (a request knows its queue, a queue holds its requests), so they live
 together, below the queue set and the controller that move them: nothing here imports either.
+What a request knows of its level, and through it of its queue set, is typed by two protocols
+here (:class:`RequestLevel`, :class:`FairQueueSet`), which ``LevelState`` and ``QueueSet``
+implement: the records stay below them, and the controller reads a typed level.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from apf_limiter.engine._seat_seconds import (
     ESTIMATED_SERVICE_NS,
@@ -21,6 +25,9 @@ from apf_limiter.engine._statistics import FlowSchemaStatistics
 if TYPE_CHECKING:
     from apf_limiter._digest import RequestDigest
     from apf_limiter.config._model import FlowSchema
+    from apf_limiter.engine._dump import QueueSetCounts, QueueSetDump, WaitingSummary
+    from apf_limiter.engine._heavy_hitters import RejectedFlows
+    from apf_limiter.engine._integrator import IntegratorResults
 
 
 class RequestState(IntEnum):
@@ -41,6 +48,185 @@ class RequestState(IntEnum):
     """Ended without executing: its queue wait limit passed."""
     CANCELLED = 7
     """Ended without executing: its waiter went away while it was queued."""
+
+
+class RequestEvent(IntEnum):
+    """What moves a request from one :class:`RequestState` to the next (see :data:`TRANSITIONS`)."""
+
+    ENQUEUE = 0
+    """It joined a queue on arrival."""
+    DISPATCH = 1
+    """It was given its seats: at once on arrival, or from its queue."""
+    REJECT = 2
+    """It was turned away on arrival (``queue-full`` or ``concurrency-limit``)."""
+    TIME_OUT = 3
+    """Its wait limit passed in its queue."""
+    CANCEL = 4
+    """Its waiter left its queue."""
+    LINGER = 5
+    """It finished running and holds its final seats for an additional latency."""
+    FINISH = 6
+    """It finished running (or never ran) and released its seats at once."""
+    RELEASE = 7
+    """Its additional latency passed: its final seats are released."""
+
+
+_S = RequestState
+_E = RequestEvent
+
+TRANSITIONS: Final[dict[tuple[RequestState, RequestEvent], RequestState]] = {
+    (_S.NEW, _E.ENQUEUE): _S.WAITING,
+    (_S.NEW, _E.DISPATCH): _S.EXECUTING,
+    (_S.NEW, _E.REJECT): _S.REJECTED,
+    (_S.WAITING, _E.DISPATCH): _S.EXECUTING,
+    (_S.WAITING, _E.TIME_OUT): _S.TIMED_OUT,
+    (_S.WAITING, _E.CANCEL): _S.CANCELLED,
+    (_S.EXECUTING, _E.LINGER): _S.LINGERING,
+    (_S.EXECUTING, _E.FINISH): _S.DONE,
+    (_S.LINGERING, _E.RELEASE): _S.DONE,
+}
+"""Every legal move of a request: (its state, the event) -> its next state.
+
+The one place where a request's states and the events that move them are written down (as h11's
+``_state.py`` does for a connection); :func:`transition` is the one place that assigns
+``Request.state`` after construction (``tests/engine/test_request_states.py`` checks that no
+other module does). ``DONE``, ``REJECTED``, ``TIMED_OUT`` and ``CANCELLED`` are final: no event
+leaves them, so a request ends exactly once.
+"""
+
+
+def transition(request: Request, event: RequestEvent) -> None:
+    """Move ``request`` to the state that ``event`` leads to from its current one.
+
+    Raises:
+        RuntimeError: If :data:`TRANSITIONS` has no move for its state and ``event`` (an
+            engine bug, or a caller's; the request is left as it was).
+    """
+    new = TRANSITIONS.get((request.state, event))
+    if new is None:
+        raise RuntimeError(f"illegal transition: {event.name} does not apply to {request!r}")
+    request.state = new
+
+
+class FairQueueSet(Protocol):
+    """The queue set's interface: all that the level, the controller and the dumps use of it.
+
+    In the spirit of upstream's ``fq.QueueSet`` (``fairqueuing/interface.go``:
+    ``BeginConfigChange``, ``IsIdle``, ``StartRequest``, ``UpdateObservations``, ``Dump``).
+    ``QueueSet`` implements it; ``tests/engine/test_queueset_interface.py`` checks that no other
+    engine module reads a queue set's members beyond these.
+    """
+
+    @property
+    def concurrency_limit(self) -> int:
+        """The current limit, in seats."""
+        ...
+
+    @property
+    def requests_waiting(self) -> int:
+        """Requests in its queues."""
+        ...
+
+    @property
+    def seat_demand(self) -> int:
+        """Seats in use plus seats waiting."""
+        ...
+
+    @property
+    def is_idle(self) -> bool:
+        """Whether no request is waiting or executing."""
+        ...
+
+    @property
+    def is_exempt(self) -> bool:
+        """Whether the level is exempt (never limits, never queues)."""
+        ...
+
+    def configure(
+        self,
+        *,
+        desired_num_queues: int,
+        queue_length_limit: int,
+        hand_size: int,
+        concurrency_limit: int,
+        now: float,
+    ) -> Sequence[Request]:
+        """Take a new queuing shape and limit (``BeginConfigChange`` and its completion)."""
+        ...
+
+    def set_concurrency_limit(self, concurrency_limit: int, now: float) -> Sequence[Request]:
+        """Change the current limit."""
+        ...
+
+    def start_request(self, request: Request, now: float) -> Sequence[Request]:
+        """Admit, queue or reject an arriving request."""
+        ...
+
+    def finish(self, request: Request, now: float, ran: bool = True) -> Sequence[Request]:
+        """Record that an executing request's handler returned."""
+        ...
+
+    def release(self, request: Request, now: float) -> Sequence[Request]:
+        """Release a lingering request's final seats."""
+        ...
+
+    def cancel(self, request: Request, now: float, *, timed_out: bool) -> Sequence[Request]:
+        """Remove a waiting request from its queue."""
+        ...
+
+    def update_observations(self, now: float) -> IntegratorResults:
+        """Close the seat-demand interval at ``now``."""
+        ...
+
+    def overdue_lingering(self, overdue: float) -> list[Request]:
+        """The lingering requests whose final seats were due back by ``overdue``."""
+        ...
+
+    def counts(self) -> QueueSetCounts:
+        """The counters, frozen."""
+        ...
+
+    def waiting_summary(self) -> WaitingSummary:
+        """The waiting requests counted by flow schema, flow and verb, frozen."""
+        ...
+
+    def dump(self, waiting: bool = True) -> QueueSetDump:
+        """Virtual time, queues and requests (``waiting=False``: no waiting one), frozen."""
+        ...
+
+
+class RequestLevel(Protocol):
+    """What the controller reads of a request's level (``LevelState`` implements it)."""
+
+    @property
+    def name(self) -> str:
+        """The level's name."""
+        ...
+
+    @property
+    def quiescing(self) -> bool:
+        """Whether the level left the configuration and is draining."""
+        ...
+
+    @property
+    def shadow(self) -> bool:
+        """Whether the level is in shadow mode."""
+        ...
+
+    @property
+    def is_drained(self) -> bool:
+        """Whether nothing waits and nothing executes at the level."""
+        ...
+
+    @property
+    def queue_set(self) -> FairQueueSet:
+        """The level's queue set."""
+        ...
+
+    @property
+    def rejected_flows(self) -> RejectedFlows:
+        """The level's rejections by flow."""
+        ...
 
 
 class Request:
@@ -76,8 +262,8 @@ class Request:
         retry_after: The Retry-After of its level right after its drop was recorded (set for
             ``REJECTED``, ``TIMED_OUT`` and ``CANCELLED``).
         digest: The request digest it was classified from.
-        level: The owning level's run-time state, set by the controller. Typed opaquely so
-            that this module sits below the controller; only the controller reads it.
+        level: The owning level's run-time state (a ``LevelState``), set by the controller;
+            only the controller reads it.
         counters: The flow schema's counters (set by the controller).
         handle: The one slot for the shell (its waiter); the engine never reads it.
     """
@@ -119,7 +305,7 @@ class Request:
     ended_at: float
     retry_after: int
     digest: RequestDigest
-    level: object
+    level: RequestLevel
     counters: FlowSchemaCounters
 
     def __init__(

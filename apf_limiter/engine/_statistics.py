@@ -151,6 +151,9 @@ class AdaptiveStatistics:
         last_ratio: The latency ratio (latency over baseline) of the last update.
         last_latency: The execution time of the last request sampled (seconds).
         updates: Updates run so far.
+        probes: Probes run so far: moments the limit in force was lowered to see the
+            backend's latency below the concurrency that ran (see docs/adaptive.md).
+        probing: Whether a probe holds ``applied_limit`` low now (``limit`` is kept).
     """
 
     algorithm: str
@@ -162,3 +165,5 @@ class AdaptiveStatistics:
     last_ratio: float
     last_latency: float
     updates: int
+    probes: int = 0
+    probing: bool = False

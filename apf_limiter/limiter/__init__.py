@@ -10,6 +10,7 @@ file) and ``_adapting`` (the adaptive limit); ``_reporter`` observer events and 
 """
 
 from apf_limiter.limiter._admission import Admission as Admission
+from apf_limiter.limiter._admission import Phase as Phase
 from apf_limiter.limiter._limiter import Limiter as Limiter
 from apf_limiter.limiter._limiter import check_wait_limit as check_wait_limit
 from apf_limiter.limiter._shadow import ShadowOutcome as ShadowOutcome

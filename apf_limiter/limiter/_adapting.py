@@ -88,8 +88,12 @@ class Adapter:
         moved = self.learned.update(now, statistics.executing_seats, statistics.waiting_requests)
         if moved is None:
             return None
-        if abs(moved - self._logged) > _LOGGED_MOVE * self._logged:
-            learned = self.learned
+        learned = self.learned
+        if learned.probing:
+            # A probe's low limit is a moment's measurement, not a move of the learned limit
+            # (its end restores the limit logged last, so that is not logged either).
+            logger.debug("adaptive concurrency: probing at a server limit of %d", moved)
+        elif abs(moved - self._logged) > _LOGGED_MOVE * self._logged:
             logger.info(
                 "adaptive concurrency: server limit %d -> %d (latency ratio %.2f, %s)",
                 self._logged,
@@ -114,6 +118,8 @@ class Adapter:
             last_ratio=learned.last_ratio,
             last_latency=learned.last_latency,
             updates=learned.updates,
+            probes=learned.probes,
+            probing=learned.probing,
         )
 
 

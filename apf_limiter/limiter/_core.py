@@ -22,6 +22,7 @@ from apf_limiter._clock import Clock, RealClock, Timer, Wakeable, new_waiter
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import ConfigError, Rejected
 from apf_limiter.config._model import Configuration
+from apf_limiter.engine._classifier import Classifier
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._effects import NO_EFFECTS, Effects
 from apf_limiter.engine._request import Request, RequestState
@@ -119,12 +120,17 @@ class Core:
         self._wait_limit_callback = self._on_wait_limit
         self.reporter.applied_config(self.config)
 
-    def reconfigure(self, config: ConfigSource) -> None:
+    def reconfigure(self, config: ConfigSource, ready: Classifier | None = None) -> None:
         """Apply a new configuration atomically; queued and executing requests survive.
 
         Everything is validated first: an invalid configuration raises :class:`ConfigError`
         and changes nothing. Then levels are reconfigured (removed busy levels drain first),
         the flow schemas re-sorted and a borrowing adjustment run.
+
+        Args:
+            config: The new configuration.
+            ready: The classifier of ``config``, built beforehand (``Controller.prepare``, by
+                the reload's worker thread), or ``None`` to build it here.
 
         Raises:
             ConfigError: If the configuration is invalid.
@@ -139,14 +145,14 @@ class Core:
         adjustments.catch_up(now)
         self.adapter = adapter = adapter_for(loaded, self.adapter, now)
         effects = self.controller.apply(
-            loaded if adapter is None else adapter.effective(loaded), now
+            loaded if adapter is None else adapter.effective(loaded), now, ready
         )
         self.adaptive.configure(adapter, loaded)
-        self.config = loaded
+        previous, self.config = self.config, loaded
         adjustments.set_period(loaded.borrowing_period, now)
         self._wake(effects.dispatched)
         adjustments.arm_borrowing_timer(now)
-        self.reporter.applied_config(loaded)
+        self.reporter.applied_config(loaded, previous)
         for name in effects.quiescing_levels:
             self.reporter.quiescing(name)
         self._report_limits(effects)

@@ -24,12 +24,13 @@ from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected, RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
-from apf_limiter.config._settings import MAX_REQUEST_WAIT_LIMIT
-from apf_limiter.engine._dump import EngineDump, dump_engine
+from apf_limiter.config._settings import DEFAULT_MAX_FILE_SIZE, MAX_REQUEST_WAIT_LIMIT
+from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
+from apf_limiter.limiter._config_file import ConfigFile, Outcome
 from apf_limiter.limiter._core import Core, HoldsCore
-from apf_limiter.limiter._reload import ConfigFile, Outcome, Reloader
+from apf_limiter.limiter._reload import Reloader
 from apf_limiter.limiter._shadow import DEFAULT_MAX_SHADOW_TWINS
 
 if TYPE_CHECKING:
@@ -130,8 +131,9 @@ class Limiter(HoldsCore):
             if outcome.error is not None:
                 self._core.reporter.rejected_config(outcome.error, source=path)
             return False
-        # Parsed and validated on the worker thread: what is left is engine work.
-        self._core.reconfigure(outcome.config)
+        # Parsed, validated and its classifier built on the worker thread: what is left is
+        # the engine's swap.
+        self._core.reconfigure(outcome.config, outcome.classifier)
         return True
 
     @classmethod
@@ -145,6 +147,7 @@ class Limiter(HoldsCore):
         hash_seed: int | None = None,
         observer: Observer | None = None,
         max_shadow_twins: int = DEFAULT_MAX_SHADOW_TWINS,
+        max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     ) -> Limiter:
         """Create a limiter from a YAML or JSON file, optionally reloading it when it changes.
 
@@ -152,22 +155,39 @@ class Limiter(HoldsCore):
         on the next call into the limiter (no background task). The check runs on a worker
         thread (one at a time), so requests never wait for a file to be read or parsed: it
         compares the file's stat (inode, size, modification and change times) with the last
-        one, and reads and parses the file only once a new stat has stayed the same for one
-        check, so that a file caught half-written is not applied; a later call applies the
-        result with :meth:`reconfigure`. A change is thus applied one to two intervals after
-        it was written. Content the same as the running configuration's is not applied
-        again; a file that fails to load, or holds no document (empty, or only comments), is
-        logged at ERROR with all its problems and the running configuration is kept.
-        :meth:`reload` reads the file at once; :meth:`close` stops the checks.
+        one, and reads, parses and builds the configuration only once a new stat has stayed
+        the same for one check (a file renamed over the old one) or two (the same file
+        written in place), so that a file caught half-written is not applied; a later call
+        applies the result, which is the engine's atomic swap alone. A change is thus applied
+        one to two intervals after it was written (two to three in place). Content the same
+        as the running configuration's is not applied again; a file that fails to load, holds
+        no document (empty, or only comments), is not a regular file (a named pipe, a
+        device, a directory) or is bigger than ``max_file_size`` is logged at ERROR with all
+        its problems and the running configuration is kept. :meth:`reload` reads the file at
+        once; :meth:`close` stops the checks.
+
+        Args:
+            path: The YAML or JSON file.
+            reload: Whether to check the file for changes.
+            reload_interval: Seconds between checks.
+            clock: As for :class:`Limiter`.
+            hash_seed: As for :class:`Limiter`.
+            observer: As for :class:`Limiter`.
+            max_shadow_twins: As for :class:`Limiter`.
+            max_file_size: The largest file read, in bytes (4 MiB by default), at start and
+                at every reload.
 
         Raises:
-            ConfigError: If the file does not load at start (one holding no document
-                included).
-            ValueError: If ``reload_interval`` is not positive (with ``reload=True``).
+            ConfigError: If the file does not load at start (one holding no document, not a
+                regular file or too big included).
+            ValueError: If ``reload_interval`` is not positive (with ``reload=True``), or
+                ``max_file_size`` not a positive integer.
         """
         if reload and not reload_interval > 0:
             raise ValueError(f"reload_interval must be positive, got {reload_interval!r}")
-        file = ConfigFile(path, reload_interval if reload else 0.0)
+        if type(max_file_size) is not int or max_file_size <= 0:
+            raise ValueError(f"max_file_size must be a positive integer, got {max_file_size!r}")
+        file = ConfigFile(path, reload_interval if reload else 0.0, max_file_size)
         # Read once, and the configuration is loaded from that very content: what the file
         # held then is what a later check compares with.
         limiter = cls(
@@ -177,9 +197,10 @@ class Limiter(HoldsCore):
             observer=observer,
             max_shadow_twins=max_shadow_twins,
         )
-        # The file's checks: one more job of the limiter's scheduler.
+        # The file's checks: one more job of the limiter's scheduler; its worker also builds
+        # each new configuration's classifier.
         core = limiter._core
-        reloader = Reloader(file, core.scheduler, limiter._apply_file)
+        reloader = Reloader(file, core.scheduler, limiter._apply_file, core.controller.prepare)
         limiter._reloader = reloader
         if reload:
             reloader.watch(core.clock.now())
@@ -285,14 +306,20 @@ class Limiter(HoldsCore):
         adapter = self._core.adapter
         return None if adapter is None else adapter.statistics()
 
-    def dump(self) -> EngineDump:
+    def dump(self, *, waiting: bool = True) -> EngineDump:
         """Return a frozen view of every level, queue and waiting or executing request.
 
         A pure read, in the style of Kubernetes' ``QueueSet.Dump()``: the debug dumps, the
         dashboard and the metrics read nothing else of the engine.
+
+        Args:
+            waiting: ``False`` copies no waiting request; each level's ``waiting_summary``
+                counts them by flow schema, flow and verb instead, kept up to date by the
+                engine as requests join and leave queues. The metrics scrape so: its cost
+                does not grow with the number of requests waiting.
         """
         core = self._core
-        return dump_engine(core.controller, core.clock.now())
+        return core.controller.dump(core.clock.now(), waiting=waiting)
 
     def adjust_borrowing(self) -> None:
         """Run one borrowing adjustment now (the periodic schedule is not moved)."""

@@ -14,6 +14,11 @@ from typing import Any
 
 from apf_limiter._errors import ConfigError
 from apf_limiter._observer import Observer
+from apf_limiter.config._changes import (
+    configuration_changes,
+    describe_adaptive,
+    describe_enforcement,
+)
 from apf_limiter.config._model import Configuration
 from apf_limiter.engine._request import Request
 
@@ -182,20 +187,38 @@ class Reporter:
                 },
             )
 
-    def applied_config(self, config: Configuration) -> None:
-        """A configuration was applied."""
+    def applied_config(self, config: Configuration, previous: Configuration | None = None) -> None:
+        """A configuration was applied (over ``previous``, on a reconfiguration or reload).
+
+        The log line names the mode (the enforcement, per level where it differs, and the
+        adaptive limit); on a reconfiguration a second line says what changed.
+        """
+        enforcement = describe_enforcement(config)
+        adaptive = describe_adaptive(config.adaptive_concurrency)
         logger.info(
-            "configuration applied: %d priority levels, %d flow schemas, "
-            "server concurrency limit %d",
+            "configuration applied: enforcement %s, %d priority levels, %d flow schemas, "
+            "server concurrency limit %d, adaptive concurrency %s",
+            enforcement,
             len(config.priority_levels),
             len(config.flow_schemas),
             config.server_concurrency_limit,
+            adaptive,
             extra={
+                "enforcement": config.enforcement,
+                "priority_level_enforcement": dict(config.priority_level_enforcement),
+                "adaptive_concurrency": adaptive,
                 "priority_levels": [level.name for level in config.priority_levels],
                 "flow_schemas": [schema.name for schema in config.flow_schemas],
                 "server_concurrency_limit": config.server_concurrency_limit,
             },
         )
+        if previous is not None:
+            changes = configuration_changes(previous, config)
+            logger.info(
+                "configuration changed: %s",
+                "; ".join(changes) if changes else "nothing an operator sees",
+                extra={"changes": changes},
+            )
         if self.observer is not None:
             self.notify("configuration_applied", config)
 

@@ -8,7 +8,8 @@ reason; beneath each level, its top flows (who is flooding). When any level is i
 mode, a banner names those levels and says that nothing is held or rejected there; their rows
 are marked ``Shadow`` and their numbers read as what enforcing would do ("would wait", "would
 reject"). With the adaptive server limit on, a panel shows the learned and applied limits,
-and the applied limit over the page's last polls.
+the latency ratio and the baselines, and over the page's last polls the learned and applied
+limits and the latency ratio (against 1.0, latency at its baseline).
 """
 
 from __future__ import annotations

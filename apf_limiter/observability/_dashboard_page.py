@@ -38,6 +38,8 @@ max-width:70em;display:flex;align-items:center;gap:1em;flex-wrap:wrap}
 #adaptive_spark polyline{fill:none;stroke-width:1.5;stroke-linejoin:round}
 #adaptive_spark_applied{stroke:#3a7bd5}
 #adaptive_spark_learned{stroke:#d9822b;stroke-dasharray:3 2}
+#adaptive_ratio_spark polyline{fill:none;stroke:#b8336a;stroke-width:1.5}
+#adaptive_ratio_one{stroke:#999;stroke-dasharray:2 3}
 td[data-label]:before{content:attr(data-label) " ";font-size:.75em;font-style:italic;
 color:#7b4aa8}
 """
@@ -87,6 +89,18 @@ function sparkline() {
     document.getElementById(id).setAttribute("points", points.join(" "));
   });
   document.getElementById("adaptive_spark").dataset.samples = String(limitHistory.length);
+  // The latency ratio (a level's mean over its baseline) of each poll since the first
+  // update, against the healthy 1.0 (dotted); the scale's top is at least 2.
+  const ratios = limitHistory.map((sample, i) => [offset + i, sample[2]])
+    .filter(([, ratio]) => ratio !== null);
+  const ratioTop = Math.max(2, ...ratios.map(([, ratio]) => ratio));
+  const y = ratio => (46 - 44 * ratio / ratioTop).toFixed(1);
+  document.getElementById("adaptive_ratio_line").setAttribute("points", ratios
+    .map(([x, ratio]) => (x * step).toFixed(1) + "," + y(ratio)).join(" "));
+  const one = document.getElementById("adaptive_ratio_one");
+  one.setAttribute("y1", y(1));
+  one.setAttribute("y2", y(1));
+  document.getElementById("adaptive_ratio_spark").dataset.samples = String(ratios.length);
 }
 
 function adaptivePanel(feed) {
@@ -96,7 +110,8 @@ function adaptivePanel(feed) {
     limitHistory.length = 0;
     return;
   }
-  limitHistory.push([adaptive.limit, adaptive.applied_limit]);
+  limitHistory.push([adaptive.limit, adaptive.applied_limit,
+    adaptive.updates ? adaptive.last_ratio : null]);
   if (limitHistory.length > sparkLength) limitHistory.shift();
   const text = (id, value) => { document.getElementById(id).textContent = value; };
   text("adaptive_algorithm", adaptive.algorithm);
@@ -300,7 +315,11 @@ baselines: <span id="adaptive_baselines"></span></span>
 <svg id="adaptive_spark" viewBox="0 0 240 48" width="240" height="48" role="img"
 aria-label="applied (solid) and learned (dashed) server limit over the last polls">
 <polyline id="adaptive_spark_learned" points=""></polyline>
-<polyline id="adaptive_spark_applied" points=""></polyline></svg></div>
+<polyline id="adaptive_spark_applied" points=""></polyline></svg>
+<svg id="adaptive_ratio_spark" viewBox="0 0 240 48" width="240" height="48" role="img"
+aria-label="latency ratio over the last polls; dotted: 1.0, latency at its baseline">
+<line id="adaptive_ratio_one" x1="0" x2="240" y1="24" y2="24"></line>
+<polyline id="adaptive_ratio_line" points=""></polyline></svg></div>
 <table>
 <thead>
 <tr><th colspan="3"></th><th class="group" colspan="4">limits (seats)</th>

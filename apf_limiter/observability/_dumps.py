@@ -31,9 +31,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from apf_limiter.engine._seat_seconds import seat_seconds_str
+
+# Re-exported: the cut's limits, as the text dumps apply them to every cell.
+from apf_limiter.observability._cut import CUT_MARK as CUT_MARK
+from apf_limiter.observability._cut import MAX_CELL_WIDTH as MAX_CELL_WIDTH
+from apf_limiter.observability._cut import cut
 from apf_limiter.observability._goformat import go_duration, rfc3339_nano
 from apf_limiter.observability._tabwriter import tabwrite
-from apf_limiter.observability._top_flows import DEFAULT_TOP, check_top, hash_key, top_flows
+from apf_limiter.observability._top_flows import (
+    DEFAULT_TOP,
+    check_top,
+    hash_key,
+    hide,
+    top_flows,
+)
 
 if TYPE_CHECKING:
     from apf_limiter.engine._dump import LevelDump, RequestDump
@@ -121,20 +132,12 @@ class Dump:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
-#: The widest cell a text dump prints, in characters; a longer one is cut and ends in
-#: :data:`CUT_MARK` and the count of characters left out. Every cell of a column is padded to
-#: the column's widest cell, and a client chooses some cells (a ``ByHeader`` distinguisher, a
-#: path): uncapped, one 60 kB path padded every row of the dump to 60 kB.
-MAX_CELL_WIDTH = 256
-CUT_MARK = "...(cut "
-
-
 def _go_text(cell: Cell) -> str:
     if isinstance(cell, bool):
         return "true" if cell else "false"
     text = str(cell)
     if text.isprintable() and "\\" not in text:
-        return text if len(text) <= MAX_CELL_WIDTH else _cut(text, list(text))
+        return cut(text)
     # Client-chosen text (distinguishers, user names, paths) must not change the table: a tab
     # or newline would add columns or forge rows (and a thousand tabs overflow the tab
     # writer's recursion), line separators and bidi overrides would do the same in a viewer,
@@ -144,20 +147,7 @@ def _go_text(cell: Cell) -> str:
     escaped = [_escape(char) for char in text[: MAX_CELL_WIDTH + 1]]
     if len(text) <= MAX_CELL_WIDTH and sum(map(len, escaped)) <= MAX_CELL_WIDTH:
         return "".join(escaped)
-    return _cut(text, escaped)
-
-
-def _cut(text: str, escaped: list[str]) -> str:
-    """The escaped head of ``text`` that fits :data:`MAX_CELL_WIDTH` with the cut's mark."""
-    room = MAX_CELL_WIDTH - len(CUT_MARK) - len(str(len(text))) - 1  # the count and ")"
-    width = 0
-    kept = 0
-    for piece in escaped:
-        if width + len(piece) > room:
-            break
-        width += len(piece)
-        kept += 1
-    return f"{''.join(escaped[:kept])}{CUT_MARK}{len(text) - kept})"
+    return cut(text, escaped)
 
 
 _NAMED_ESCAPES = {
@@ -249,6 +239,7 @@ def dump_requests(
     *,
     include_details: bool = False,
     wall_clock_ns: Callable[[], int] = time.time_ns,
+    hash_distinguishers: bool | bytes = False,
 ) -> Dump:
     """One row per waiting or executing request (``dump_requests``).
 
@@ -261,7 +252,14 @@ def dump_requests(
         include_details: Add the request details columns (``?includeRequestDetails=1``).
         wall_clock_ns: The wall clock, in Unix nanoseconds, that the limiter's clock is mapped
             to for the time columns.
+        hash_distinguishers: Show each distinguisher, and the details' user, as ``#`` and 12
+            hex digits of its BLAKE2b hash, as :func:`dump_top_flows` does (``True``
+            unkeyed, or a key of up to 64 bytes); a flow keeps one hash in both dumps.
+
+    Raises:
+        ValueError: If ``hash_distinguishers`` is invalid.
     """
+    key = hash_key(hash_distinguishers)
     columns = REQUEST_COLUMNS + (REQUEST_DETAIL_COLUMNS if include_details else ())
     mono_now = round(limiter.clock.now() * 1e9)
     offset = wall_clock_ns() - mono_now
@@ -273,7 +271,7 @@ def dump_requests(
                 request.flow_schema,
                 queue_index,
                 position,
-                request.distinguisher,
+                hide(request.distinguisher, key),
                 rfc3339_nano(offset + round(request.arrival_time * 1e9)),
                 request.initial_seats,
                 request.final_seats,
@@ -281,7 +279,7 @@ def dump_requests(
                 rfc3339_nano(None if position >= 0 else offset + round(request.start_time * 1e9)),
             )
             if include_details:
-                row += _details(request)
+                row += _details(request, key)
             rows.append(row)
     return Dump(columns, tuple(rows))
 
@@ -296,14 +294,14 @@ def _requests(level: LevelDump) -> Iterator[tuple[int, int, RequestDump]]:
         yield -1, -1, request
 
 
-def _details(request: RequestDump) -> tuple[Cell, ...]:
+def _details(request: RequestDump, key: bytes | None) -> tuple[Cell, ...]:
     digest = request.digest
     if digest is None:
         return ("",) * len(REQUEST_DETAIL_COLUMNS)
     version = str(getattr(digest, "api_version", ""))
     api_version = f"{digest.api_group}/{version}" if digest.api_group else version
     return (
-        digest.user,
+        hide(digest.user, key),
         digest.verb,
         digest.path,
         digest.namespace,

@@ -109,7 +109,8 @@ def debug_app(
             (the default) denies everything.
         top_flows: How many flows of each ranking (seats, waiting, rejections) the dashboard
             shows per level, and ``dump_top_flows`` unless asked for ``?top=N`` (0 to 100).
-        hash_distinguishers: In the top flows (dashboard and ``dump_top_flows``), show each
+        hash_distinguishers: In the top flows (dashboard and ``dump_top_flows``) and in
+            ``dump_requests`` (distinguishers, and the details' user), show each
             distinguisher as a short stable hash: ``True`` unkeyed, or a key of up to 64
             bytes (see :func:`dump_top_flows`).
 
@@ -152,7 +153,9 @@ class DebugApp:
             "/dump_priority_levels": lambda _: dump_priority_levels(limiter),
             "/dump_queues": lambda _: dump_queues(limiter),
             "/dump_requests": lambda params: dump_requests(
-                limiter, include_details=bool(params.get("includeRequestDetails"))
+                limiter,
+                include_details=bool(params.get("includeRequestDetails")),
+                hash_distinguishers=self.hash_distinguishers,
             ),
             "/dump_top_flows": lambda params: dump_top_flows(
                 limiter,

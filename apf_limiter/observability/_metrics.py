@@ -78,6 +78,13 @@ class _Series:
         self.queuing = queuing
 
 
+#: The would-be rejection reasons of a level that queues (``True``) or rejects (``False``).
+_WOULD_BE_REASONS: dict[bool, tuple[str, ...]] = {
+    True: ("queue-full", "time-out"),
+    False: ("concurrency-limit",),
+}
+
+
 class _ShadowSeries:
     """What enforcing would have done to the shadow-mode requests of one (level, schema) pair."""
 
@@ -178,7 +185,7 @@ class PrometheusMetrics(Observer):
         limiter, sampler = self._limiter, self._sampler
         if limiter is None or sampler is None:
             return
-        dump = limiter.dump()
+        dump = limiter.dump(waiting=False)
         sampler.sample(dump, count_flows(dump), limiter.clock.now())
 
     # ----------------------------------------------------------------------------------------
@@ -287,6 +294,10 @@ class PrometheusMetrics(Observer):
         series = self._shadow.get((priority_level, flow_schema))
         if series is None:
             series = self._shadow[(priority_level, flow_schema)] = _ShadowSeries()
+            # Series at 0 for the reasons the level can give, from the pair's first request:
+            # a ratio over shadow_rejected_requests_total then reads 0, not "no data".
+            queuing = priority_level in self._queuing_levels
+            series.rejected = dict.fromkeys(_WOULD_BE_REASONS[queuing], 0)
         if reason is None:
             if queue_wait is not None:
                 series.wait.observe(queue_wait)
@@ -329,7 +340,9 @@ class PrometheusMetrics(Observer):
             return
         from apf_limiter.observability._scrape import collect_engine, collect_top_flows
 
-        dump = limiter.dump()  # the statistics come with it, taken in the same instant
+        # The statistics come with it, taken in the same instant. Waiting requests come
+        # counted, not copied: a scrape's cost does not grow with the depth of the queues.
+        dump = limiter.dump(waiting=False)
         flows = count_flows(dump)
         sampler.sample(dump, flows, limiter.clock.now())
         yield from collect_engine(self._families, dump, dump.statistics, flows, sampler, self._seen)

@@ -16,6 +16,7 @@ scrape the worker answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import weakref
 from typing import TYPE_CHECKING, Any, Literal
@@ -106,6 +107,7 @@ def attach(owner: Any) -> NativeMetrics | None:
     def request_arrived(priority_level: str, flow_schema: str, seats: int) -> None:
         arrived(priority_level, flow_schema, seats)
         if native.timer is None:
+            native.served = True
             native.arm()
 
     owner.request_arrived = request_arrived
@@ -153,7 +155,11 @@ class NativeMetrics:
         self._seen: set[tuple[str, str]] = set()
         self._totals: dict[tuple[str, Labels], float] = {}  # counters written so far
         self._pushed: dict[tuple[str, Labels], tuple[list[float], float]] = {}
+        # Whether this process saw a request or a scrape; and the process that bound it.
+        self.served = False
+        self._bound_pid: int | None = None
         _INSTANCES.add(self)
+        _watch_forks()
 
     def child(self, name: str, labels: Labels) -> Any:
         """The ``prometheus_client`` child of metric ``name`` (no prefix) for ``labels``."""
@@ -171,6 +177,26 @@ class NativeMetrics:
         """Write ``limiter``'s gauges now and at each refresh."""
         self._limiter = limiter
         self._sampler = RatioSampler(limiter.clock.now())
+        self._bound_pid = os.getpid()
+        self.refresh()
+
+    def forked(self, parent: int) -> None:
+        """In a child just forked from ``parent``: drop the gauges of a parent that never served.
+
+        That parent is ``gunicorn --preload``'s master: it imported the app (limiter and
+        metrics included) and wrote its gauges at :meth:`bind`; it is alive, so its live
+        gauges would count as one more worker's. The first child removes its files
+        (``mark_process_dead``), and each child writes its own now, under its own pid. A
+        process that served keeps its files when it forks (a worker's process pool).
+        """
+        if self._bound_pid != parent or self.served:
+            return
+        from prometheus_client import multiprocess
+
+        # A sibling forked at the same time may remove them first.
+        with contextlib.suppress(OSError):
+            multiprocess.mark_process_dead(parent)  # type: ignore[no-untyped-call]
+        self._bound_pid = os.getpid()
         self.refresh()
 
     def arm(self) -> None:
@@ -199,7 +225,7 @@ class NativeMetrics:
         limiter, sampler = self._limiter, self._sampler
         if limiter is None or sampler is None:
             return False
-        dump = limiter.dump()
+        dump = limiter.dump(waiting=False)
         stats = dump.statistics
         flows = count_flows(dump)
         busy = bool(flows.pairs())
@@ -337,4 +363,20 @@ class NativeMetrics:
 def refresh_all() -> None:
     """Refresh every :class:`NativeMetrics` of this process (before it answers a scrape)."""
     for native in list(_INSTANCES):
+        native.served = True
         native.refresh()
+
+
+_fork_hook: list[bool] = []  # registered once per process (the hook outlives the instances)
+
+
+def _watch_forks() -> None:
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_hook.append(True)
+
+
+def _after_fork_in_child() -> None:
+    parent = os.getppid()
+    for native in list(_INSTANCES):
+        native.forked(parent)

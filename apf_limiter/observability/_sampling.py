@@ -1,9 +1,13 @@
 """Scrape-time views of the engine: per-flow gauges, progress meters and ratio samples.
 
 Everything here reads a limiter's :meth:`~apf_limiter.Limiter.dump`. The per-flow gauges
-(requests and seats waiting and executing per priority level and flow schema) are counted from
-the queues themselves, so they are exact at the moment of the scrape and cost nothing between
-scrapes. The timing ratio histograms of Kubernetes are approximated by :class:`RatioSampler`.
+(requests and seats waiting and executing per priority level and flow schema) are exact at the
+moment of the scrape: the executing requests are counted from the dump (their number is bounded
+by the seats), the waiting ones are read from the counts the engine keeps as requests join and
+leave queues (``LevelDump.waiting_summary``, in a dump taken with ``waiting=False``), so a
+scrape's cost does not grow with the depth of the queues, as Kubernetes' gauges are updated on
+each event (``fc/metrics/metrics.go``). The timing ratio histograms of Kubernetes are
+approximated by :class:`RatioSampler`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+from apf_limiter.engine._dump import READ_ONLY_VERBS as READ_ONLY_VERBS
 from apf_limiter.engine._seat_seconds import (
     ESTIMATED_SERVICE_NS,
     MASK,
@@ -25,10 +30,6 @@ from apf_limiter.observability._catalog import metric
 
 if TYPE_CHECKING:
     from apf_limiter.engine._dump import EngineDump, LevelDump, RequestDump
-
-READ_ONLY_VERBS = frozenset({"get", "list", "watch", "head", "options"})
-"""Verbs counted as ``readOnly`` by ``read_vs_write_current_requests`` (HTTP's safe methods
-``head`` and ``options`` included: in Kubernetes a HEAD request is a ``get``)."""
 
 Pair = tuple[str, str]
 K = TypeVar("K")
@@ -68,8 +69,16 @@ def count_flows(dump: EngineDump) -> FlowGauges:
     gauges = FlowGauges()
     for level in dump.levels:
         name = level.name
+        summary = level.waiting_summary
+        if summary is not None:
+            for schema, count in summary.requests.items():
+                gauges.waiting[(name, schema)] += count
+                gauges.waiting_seats[(name, schema)] += summary.seats[schema]
+            waiting_requests = sum(summary.requests.values())
+            gauges.read_only["waiting"] += summary.read_only
+            gauges.mutating["waiting"] += waiting_requests - summary.read_only
         for queue in level.queues:
-            for request in queue.waiting:
+            for request in queue.waiting:  # a full dump (waiting=True)
                 pair = (name, request.flow_schema)
                 gauges.waiting[pair] += 1
                 gauges.waiting_seats[pair] += request.max_seats
@@ -100,7 +109,7 @@ def s_bounds(level: LevelDump) -> tuple[float, float, float, float] | None:
     plain: list[int] = []
     discounted: list[int] = []
     for queue in level.queues:
-        if not queue.waiting:
+        if not queue.waiting_requests:
             continue
         r = queue.next_dispatch_r
         plain.append(r)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from apf_limiter.engine._seat_seconds import seat_seconds_float
 from apf_limiter.observability._catalog import metric
+from apf_limiter.observability._cut import cut
 from apf_limiter.observability._export import FamilyBuilder
 from apf_limiter.observability._sampling import FlowGauges, RatioSampler, s_bounds
 from apf_limiter.observability._top_flows import hide, level_flows
@@ -133,7 +134,10 @@ def collect_top_flows(
     """Yield the top-flow gauges: per level and ranking, only its ``top`` flows above 0.
 
     Fresh families at each scrape: a flow that drops out of the top is not exported, so the
-    series per level stay at most ``top`` per metric, whatever the number of flows.
+    series per level stay at most ``top`` per metric, whatever the number of flows. The
+    ``distinguisher`` label is cut at :data:`~apf_limiter.observability._cut.MAX_CELL_WIDTH`
+    characters, so the three families stay under ``3 x top x levels`` samples of at most
+    about 1 kB each (level and schema names are at most 253 characters).
 
     Args:
         families: The family builder (name prefix).
@@ -152,8 +156,11 @@ def collect_top_flows(
             (counted.rejections, rejections),
         ):
             for schema, distinguisher in counted.ranked(measure, top):
-                labels = (level.name, schema, hide(distinguisher, key))
-                samples[labels] = measure[(schema, distinguisher)]
+                # Client-chosen, up to the server's header limit: cut as the text dumps cut a
+                # cell. Flows whose distinguishers differ only past the cut share a label:
+                # the first, largest, is kept.
+                labels = (level.name, schema, cut(hide(distinguisher, key)))
+                samples.setdefault(labels, measure[(schema, distinguisher)])
     yield families.values(metric("top_flow_seats_in_use"), seats)
     yield families.values(metric("top_flow_waiting_requests"), waiting)
     yield families.values(metric("top_flow_rejections"), rejections)

@@ -50,3 +50,30 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
         if loop.time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.005)
+
+
+@asynccontextmanager
+async def serve_hypercorn(app: ASGIApp, **config: Any) -> AsyncIterator[str]:
+    """Serve ``app`` under hypercorn's asyncio worker until the block ends; yields its base URL."""
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections queue from now on: the URL works at once
+    port = sock.getsockname()[1]
+    settings = Config()
+    settings.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket
+    settings.graceful_timeout = 2
+    settings.accesslog = None
+    settings.errorlog = None
+    for name, value in config.items():
+        setattr(settings, name, value)
+    stop = asyncio.Event()
+    task = asyncio.create_task(hypercorn_serve(app, settings, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)

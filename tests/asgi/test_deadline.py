@@ -195,7 +195,9 @@ async def test_the_deadline_counts_from_arrival_and_ends_a_queued_wait_with_504(
         ({"request_timeout": None}, None, None),
         ({"request_timeout": None}, RouteOptions(request_timeout=4), 4.0),
         ({"request_timeout": None, "min_body_rate": None}, RouteOptions(request_timeout=4), 4.0),
-        ({}, RouteOptions(long_running=True, request_timeout=4), None),
+        # Long-running: until its response starts (this app never starts it).
+        ({}, RouteOptions(long_running=True, request_timeout=4), 4.0),
+        ({}, RouteOptions(long_running=True, request_timeout=math.inf), None),
     ],
 )
 async def test_the_deadline_of_a_request_route_first_then_level_then_default(

@@ -103,7 +103,8 @@ async def test_the_header_tells_the_would_be_outcome_as_the_response_starts() ->
     rejected = await _finish(app, "/c", *third)
     assert re.fullmatch(r"rejected=queue-full; retry-after=\d+", rejected)
     await clock.advance(1.0)
-    assert await _finish(app, "/b", *second) == "pending"  # its twin still waits
+    # Its twin still waits: the header says since when (enforced, it would wait at least 1 s).
+    assert await _finish(app, "/b", *second) == "pending; waited=1"
     await clock.advance(1.0)
     assert await _finish(app, "/a", *first) == "wait=0"
     # /b's twin now runs for /b's own time, 1 s. A request that comes meanwhile is pending
@@ -172,6 +173,13 @@ def test_header_values(outcome: ShadowOutcome, value: str) -> None:
     assert shadow_value(outcome) == value
 
 
+def test_a_pending_value_tells_how_long_the_twin_has_waited() -> None:
+    assert shadow_value(ShadowOutcome(False), 0.25) == "pending; waited=0.25"
+    # Decided outcomes say what was decided, whatever the time since admission.
+    assert shadow_value(ShadowOutcome(True, 0.125), 3.0) == "wait=0.125"
+    assert shadow_value(ShadowOutcome(False, None, "dropped"), 3.0) == "dropped"
+
+
 def test_an_invalid_shadow_header_name_is_refused() -> None:
     with pytest.raises(ValueError, match="header name"):
         APFMiddleware(_Gated(), config=_config(), shadow_header="X APF")
@@ -199,7 +207,8 @@ async def test_under_uvicorn_nothing_is_rejected_and_the_header_shows_what_would
         answered_a = await a
         assert [r.status_code for r in (answered_a, answered_b, answered_c)] == [200] * 3
         assert answered_a.headers[HEADER] == "wait=0"
-        assert answered_b.headers[HEADER] == "pending"  # the first still held the seat
+        # The first still held the seat: enforced, the second would still be waiting.
+        assert re.fullmatch(r"pending; waited=[0-9.]+", answered_b.headers[HEADER])
         assert re.fullmatch(r"rejected=queue-full; retry-after=\d+", answered_c.headers[HEADER])
         # Once /b's twin has run its course, two more: the second would have waited.
         await wait_until(lambda: _shadowed(limiter).executing_requests == 0)

@@ -10,12 +10,19 @@ import hashlib
 import random
 import socket
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from apf_limiter import Limiter
-from tests.asgi.apps import Probe, level_config, make_app, middleware_of
+from apf_limiter.asgi import APFMiddleware, route_options
+from tests.asgi.apps import Probe, level_config, make_app, middleware_of, user_from_header
 from tests.asgi.server import serve, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -158,3 +165,82 @@ async def test_the_body_kept_while_queued_is_bounded_per_request_and_in_total() 
         ]
         await held
         assert budget.kept == 0  # every kept byte went back as it was replayed
+
+
+def _long_running_app(limiter: Limiter, **middleware: Any) -> Starlette:
+    """Long-running routes: POST, then stream the answer; and a long poll that never answers."""
+
+    @route_options(long_running=True)
+    async def ingest(request: Request) -> Response:
+        size = len(await request.body())
+
+        async def events() -> AsyncIterator[bytes]:
+            yield b"data: %d\n\n" % size
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @route_options(long_running=True)
+    async def poll(request: Request) -> Response:
+        await asyncio.Event().wait()  # nothing to tell, ever
+        return PlainTextResponse("never")
+
+    async def fast(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    app = Starlette(
+        routes=[
+            Route("/ingest", ingest, methods=["POST"]),
+            Route("/poll", poll),
+            Route("/fast", fast),
+        ]
+    )
+    app.add_middleware(APFMiddleware, limiter=limiter, identify=user_from_header, **middleware)
+    return app
+
+
+@pytest.mark.parametrize("client", ["uploads", "polls"])
+async def test_long_running_routes_cannot_hold_seats_before_their_response_starts(
+    client: str,
+) -> None:
+    # Eight uploads at 1 B/s to a long-running POST route, or eight long polls that never
+    # answer, held all eight seats for good (no 408, no 504): every other request waited
+    # until its 429. Until their responses start, they are bound like any other request.
+    limiter = Limiter(level_config(limit=8, wait_limit=10))
+    app = _long_running_app(limiter, body_rate_grace=0.5, request_timeout=1.0)
+    if client == "uploads":
+        head = b"POST /ingest HTTP/1.1\r\nhost: t\r\nx-user: slow%d\r\ncontent-length: 1000\r\n\r\n"
+        expected = b"HTTP/1.1 408 Request Timeout"
+    else:
+        head = b"GET /poll HTTP/1.1\r\nhost: t\r\nx-user: poll%d\r\n\r\n"
+        expected = b"HTTP/1.1 504 Gateway Timeout"
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
+        hogs = [await _connect(url, head % i) for i in range(8)]
+
+        async def trickle(writer: asyncio.StreamWriter) -> None:
+            for _ in range(10):  # 1 B/s, for at most 10 s
+                try:
+                    writer.write(b"x")
+                    await writer.drain()
+                except ConnectionError:
+                    return
+                await asyncio.sleep(1)
+
+        trickles = [asyncio.create_task(trickle(w)) for _, w in hogs] if client == "uploads" else []
+        await wait_until(lambda: limiter.statistics().executing_requests == 8)
+        started = time.monotonic()
+        responses = await asyncio.gather(
+            *(http.get("/fast", headers={"x-user": f"innocent{i}"}) for i in range(4))
+        )
+        assert [r.status_code for r in responses] == [200] * 4
+        assert time.monotonic() - started < 4  # queued until the hogs were cut off
+        assert [await _status_line(r) for r, _ in hogs] == [expected] * 8
+        for task in trickles:
+            task.cancel()
+        for _, writer in hogs:
+            writer.close()
+        await wait_until(lambda: limiter.statistics().executing_requests == 0)
+        level = limiter.statistics().priority_levels["test"]
+        assert sum(level.rejected.values()) == 0  # nothing was turned away meanwhile
+        # A long-running request that answers in time streams on, exempt from then on.
+        answered = await http.post("/ingest", content=b"y" * 1000, headers={"x-user": "fine"})
+        assert (answered.status_code, answered.text) == (200, "data: 1000\n\n")

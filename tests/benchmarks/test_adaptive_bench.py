@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.adaptive_bench import knee
+from benchmarks.adaptive_bench import knee, restart
 from benchmarks.adaptive_pool import closed_loop
 from benchmarks.adaptive_sim import Result
 
@@ -14,6 +14,16 @@ def test_the_default_algorithm_finds_the_knee_within_a_minute(start_factor: floa
     row = knee("Gradient", capacity=10, start_factor=start_factor, duration=90.0)
     assert row["passes"], row
     assert 8 <= row["final_limit"] <= 15
+
+
+@pytest.mark.parametrize("algorithm", ["Gradient", "AIMD"])
+def test_a_restart_under_full_load_finds_the_knee_and_follows_it_down(algorithm: str) -> None:
+    # Every closed-loop client at once at 10 × C: the first baseline is learned at 5 × C in
+    # flight, and only a probe below it lets the limit come down (it stayed at ~10 × C).
+    row = restart(algorithm, capacity=10, clients=50, halve_at=60.0, duration=90.0)
+    assert row["passes"], row
+    assert row["settled_after"] <= 60.0 and row["halved_settled_after"] <= 30.0
+    assert row["probes"] >= 1 and row["probe_cost"] <= 0.05 and row["probe_rejected"] == 0
 
 
 def test_a_strict_pool_s_tail_grows_past_its_size_at_the_same_throughput() -> None:

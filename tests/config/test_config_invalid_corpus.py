@@ -95,8 +95,17 @@ RULES: tuple[str, ...] = (
     r"\.matchingPrecedence: Invalid value: 1: only the schema named 'exempt' may have "
     r"matchingPrecedence 1$",
     r"\.distinguisherMethod\.type: Unsupported value: \"\w+\": supported values: "
-    r"\"ByClientIP\", \"ByHeader\", \"ByNamespace\", \"ByUser\"$",
+    r"\"ByClientIP\", \"ByHeader\", \"ByNamespace\", \"ByTenant\", \"ByUser\"$",
     r"\.distinguisherMethod\.header: Required value: must be set when type is 'ByHeader'$",
+    # The jobs short form of a rule.
+    r"\.jobs\.kinds: Required value: must list at least one kind of job \(or '\*'\)$",
+    r"\.jobs\.kinds: Invalid value: \[\]string\{.*\}: if '\*' is present, must not list others$",
+    r"\.jobs\.kinds\[\d+\]: Invalid value: \"[^\"]+\": must not contain '/', '\*' or "
+    r"white-space$",
+    r"\.jobs\.tenants: Invalid value: \[\]string\{.*\}: if '\*' is present, must not list "
+    r"others$",
+    r"\.jobs\.tenants\[\d+\]: Invalid value: \"[^\"]+\": each member of this list must be "
+    r"'\*' or a DNS-1123 label; a lowercase RFC 1123 label must consist",
     r"\.distinguisherMethod\.header: Invalid value: \"[^\"]+\": must be a valid HTTP header "
     r"name \(an RFC 9110 token\)$",
     r"\.distinguisherMethod\.header: Forbidden: must be empty unless type is 'ByHeader'$",

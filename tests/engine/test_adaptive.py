@@ -9,12 +9,17 @@ import pytest
 from apf_limiter.config._model import AdaptiveConcurrency
 from apf_limiter.engine._adaptive import (
     AIMD,
+    PROBE_AFTER,
+    PROBE_CHECK,
+    PROBE_SPACING,
+    AdaptiveLimit,
+    Gradient,
+)
+from apf_limiter.engine._adaptive_baseline import (
     MAX_SAMPLES,
     MIN_SAMPLES,
     SEED_MIN,
     SEED_SAMPLES,
-    AdaptiveLimit,
-    Gradient,
 )
 
 
@@ -54,9 +59,12 @@ def test_widely_spread_service_times_read_as_healthy_and_the_limit_grows() -> No
     spread = _exponential(0.05)
     for second in range(1, 21):
         _feed_all(learned, "api", spread)
-        learned.update(float(second), seats_in_use=20, waiting=10)
+        # The limit is full (requests wait): what runs grows with it, above where the
+        # baseline was seen, so no probe is needed.
+        learned.update(float(second), seats_in_use=learned.applied, waiting=10)
         assert learned.last_ratio == pytest.approx(1.0)
     assert learned.updates == 20
+    assert learned.probes == 0
     assert learned.baselines["api"] == pytest.approx(0.05, rel=0.01)
     assert learned.limit > 20 * 1.05**19  # grows every update, ~6% at a time
 
@@ -250,3 +258,113 @@ def test_reloaded_settings_keep_the_learned_limit_within_the_new_bounds() -> Non
     learned.configure(AdaptiveConcurrency(max_limit=30, algorithm="AIMD"))
     assert learned.limit == 30 and learned.applied == 30
     assert isinstance(learned._algorithm, AIMD)
+
+
+def _stuck(learned: AdaptiveLimit, latency: float, in_flight: int) -> tuple[float, int | None]:
+    """Updates a second apart, each of 20 samples at ``latency`` with ``in_flight`` held,
+    until one starts a probe (at most :data:`PROBE_AFTER`): when, and what it applied."""
+    now = 0.0
+    moved = None
+    for _ in range(PROBE_AFTER):
+        now += 1.0
+        _feed(learned, "api", latency, 20)
+        moved = learned.update(now, seats_in_use=in_flight, waiting=0)
+        if learned.probing:
+            break
+    return now, moved
+
+
+def test_a_baseline_learned_with_every_client_at_once_is_probed_and_replaced() -> None:
+    # A restart under full load: 200 clients from the start, a knee at 40, 50 ms at most 40
+    # in flight (processor sharing: 0.25 s at 200). The baseline is learned at 200 and the
+    # ratio reads 1 there: nothing would ever lower the concurrency. A probe halves the
+    # limit in force while latency falls significantly, then restores it.
+    def latency(in_flight: int) -> float:
+        return 0.05 * max(1.0, in_flight / 40)
+
+    learned = AdaptiveLimit(AdaptiveConcurrency(initial_limit=400), 400, now=0.0)
+    now, moved = _stuck(learned, latency(200), 200)
+    assert learned.baselines["api"] == pytest.approx(0.25)  # learned congested
+    assert (now, moved) == (PROBE_AFTER, 100)  # the PROBE_AFTER-th stuck update probes
+    assert learned.probing and learned.probes == 1
+    assert learned.applied == 100 and learned.limit > 400  # the learned limit is kept
+    probed = []
+    for step in (100, 50, 25, 12):
+        assert learned.applied == step
+        step_time = PROBE_CHECK * 1.0
+        now += step_time
+        assert learned.update(now, seats_in_use=step + 10, waiting=300) is None  # draining
+        now += step_time
+        assert learned.update(now, seats_in_use=step, waiting=300) is None  # drained
+        _feed(learned, "api", 1.0, step)  # the requests running then: dropped
+        _feed(learned, "api", latency(step), 10)
+        now += step_time
+        probed.append(learned.update(now, seats_in_use=step, waiting=300))
+    assert probed == [50, 25, 12, round(learned.limit)]  # down while latency falls, then back
+    assert not learned.probing
+    assert learned.baselines["api"] == pytest.approx(0.05)
+    limit = learned.limit
+    _feed(learned, "api", latency(200), 20)
+    learned.update(now + 1.0, seats_in_use=200, waiting=0)
+    assert learned.last_ratio == pytest.approx(5.0)
+    assert learned.limit < limit  # the limit comes down at last
+
+
+def test_a_baseline_seen_below_the_concurrency_is_not_probed() -> None:
+    # The same stuck concurrency, but the baseline was seen at a quarter of it: no probe.
+    learned = AdaptiveLimit(AdaptiveConcurrency(initial_limit=400), 400, now=0.0)
+    _feed(learned, "api", 0.05, 20)
+    learned.update(1.0, seats_in_use=50, waiting=0)
+    now = 1.0
+    for _ in range(3 * PROBE_AFTER):
+        now += 1.0
+        _feed(learned, "api", 0.05, 20)
+        learned.update(now, seats_in_use=200, waiting=0)
+    assert learned.probes == 0 and learned.last_ratio == pytest.approx(1.0)
+
+
+def test_a_probe_confirming_its_baseline_ends_and_the_next_one_waits() -> None:
+    # Latency does not fall below the concurrency that runs (the service time is flat): one
+    # step confirms the baseline there, the limit is restored, and the baseline now rests on
+    # evidence from below: no further probe.
+    learned = AdaptiveLimit(AdaptiveConcurrency(initial_limit=100), 100, now=0.0)
+    now, moved = _stuck(learned, 0.05, 40)
+    assert moved == 20 and learned.probing
+    now += PROBE_CHECK
+    assert learned.update(now, seats_in_use=20, waiting=0) is None
+    _feed(learned, "api", 0.05, 30)
+    now += PROBE_CHECK
+    assert learned.update(now, seats_in_use=20, waiting=0) == 100
+    assert not learned.probing and learned.baselines["api"] == pytest.approx(0.05)
+    for _ in range(2 * PROBE_SPACING):
+        now += 1.0
+        _feed(learned, "api", 0.05, 20)
+        learned.update(now, seats_in_use=40, waiting=0)
+    assert learned.probes == 1
+
+
+def test_a_probe_that_sees_nothing_gives_up_and_a_reload_ends_one() -> None:
+    learned = AdaptiveLimit(AdaptiveConcurrency(initial_limit=100), 100, now=0.0)
+    now, moved = _stuck(learned, 0.05, 40)
+    assert moved == 20 and learned.probing
+    # Nothing drains, nothing is sampled: each phase gives up after updateInterval.
+    assert learned.update(now + 1.0, seats_in_use=40, waiting=0) is None
+    assert learned.update(now + 2.0, seats_in_use=40, waiting=0) == 100
+    assert not learned.probing
+    learned = AdaptiveLimit(AdaptiveConcurrency(initial_limit=100), 100, now=0.0)
+    assert _stuck(learned, 0.05, 40)[1] == 20
+    learned.configure(AdaptiveConcurrency(initial_limit=100, max_limit=500))
+    assert not learned.probing and learned.applied == 100
+
+
+def test_no_probe_while_the_algorithm_is_lowering_the_limit() -> None:
+    # The baseline is unseen below the concurrency, but the ratio reads congestion and the
+    # limit falls update after update: the algorithm is already looking below.
+    learned = AdaptiveLimit(AdaptiveConcurrency(initial_limit=400), 400, now=0.0)
+    _feed(learned, "api", 0.05, 20)
+    learned.update(1.0, seats_in_use=200, waiting=0)
+    for second in range(2, 2 * PROBE_AFTER):
+        _feed(learned, "api", 0.1, 20)
+        learned.update(float(second), seats_in_use=min(200, learned.applied), waiting=100)
+    assert learned.probes == 0
+    assert learned.applied < 100

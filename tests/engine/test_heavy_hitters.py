@@ -10,11 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apf_limiter import Limiter, Rejected, RequestDigest
+from apf_limiter import FlowCount, Limiter, Rejected, RequestDigest
 from apf_limiter.engine._heavy_hitters import (
     SKETCH_CAPACITY,
     WINDOW_SECONDS,
-    FlowCount,
     RejectedFlows,
     SpaceSaving,
 )

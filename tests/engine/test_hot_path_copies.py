@@ -4,7 +4,7 @@ The engine keeps a few copies for speed (docs/internals.md, "Hot-path copies"):
 
 * ``QueueSet.start_request``'s fast path (nothing waits, the request fits) short-cuts the
   general path: enqueue on the first queue of the hand, find it, dispatch it.
-* ``QueueSet.finish`` and ``QueueSetBase._sync_time`` round ``seats × duration`` inline.
+* ``QueueSet.finish`` and ``QueueSet._sync_time`` round ``seats × duration`` inline.
 * ``Integrator.set`` inlines ``Integrator._update``.
 
 Each test drives both copies on the same inputs and compares every piece of state, so a fix to

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from apf_limiter import RequestDigest
 from apf_limiter.engine._queueset import QueueSet
-from apf_limiter.engine._request import Request, RequestState
+from apf_limiter.engine._request import TRANSITIONS, Request, RequestEvent, RequestState
 from apf_limiter.engine._seat_seconds import MASK
 
 TERMINAL = {
@@ -48,6 +50,13 @@ class QueueSetMachine(RuleBasedStateMachine):
 
     def _after(self, dispatched: Sequence[Request], before: dict[int, RequestState]) -> None:
         qs = self.qs
+        # Every state a request changed to is one move of the table, the inlined hot-path
+        # copies of transition() included.
+        for request in self.requests:
+            old = before[id(request)]
+            if request.state is not old:
+                moves = [e for e in RequestEvent if TRANSITIONS.get((old, e)) is request.state]
+                assert moves, f"{old.name} -> {request.state.name} is not in TRANSITIONS"
         for request in dispatched:
             assert before[id(request)] in (RequestState.NEW, RequestState.WAITING)
             assert request.state is RequestState.EXECUTING
@@ -85,13 +94,16 @@ class QueueSetMachine(RuleBasedStateMachine):
     )
     def arrive(self, flow: int, seats: int, final_seats: int, latency: float) -> None:
         request = Request(
-            "fs",
+            f"fs{flow % 2}",
             "sm",
+            f"d{flow}",
             flow_hash=flow * 7919,
             initial_seats=seats,
             final_seats=final_seats,
             additional_latency=latency,
         )
+        if flow % 3:  # a read-only verb, a mutating one, or no digest (a request built by hand)
+            request.digest = RequestDigest(verb="get" if flow % 3 == 1 else "post")
         self.sequence[id(request)] = len(self.requests)
         self.width[id(request)] = request.max_seats
         self.requests.append(request)
@@ -182,6 +194,16 @@ class QueueSetMachine(RuleBasedStateMachine):
         assert qs.rejected_concurrency_limit == self.rejected["concurrency-limit"]
         assert qs.timed_out == self.timed_out
         assert qs.cancelled == self.cancelled
+        # The metrics' counts of the waiting requests (WaitingTally), kept as they move.
+        tally = qs.waiting_tally
+        assert tally.requests == Counter(r.flow_schema for r in waiting)
+        assert tally.seats == {
+            schema: sum(r.max_seats for r in waiting if r.flow_schema == schema)
+            for schema in tally.requests
+        }
+        assert tally.flows == Counter((r.flow_schema, r.distinguisher) for r in waiting)
+        read_only = [r for r in waiting if getattr(r, "digest", None) is not None]
+        assert tally.read_only == sum(1 for r in read_only if r.digest.verb == "get")
 
     @invariant()
     def dispatch_index_agrees_with_a_scan_of_every_queue(self) -> None:

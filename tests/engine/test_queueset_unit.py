@@ -39,6 +39,7 @@ def _place(qs: QueueSet, index: int, next_r: int, seats: int) -> Request:
     queue = qs.queues[index]
     request.queue = queue
     queue.waiting.append(request)
+    qs.waiting_tally.add(request)  # as _start_queued counts it for the metrics
     queue.total_work_sum += request.total_work
     queue.next_dispatch_r = next_r
     qs.requests_waiting += 1

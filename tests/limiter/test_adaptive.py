@@ -178,3 +178,48 @@ def test_a_failing_update_is_logged_and_keeps_the_limit(caplog: pytest.LogCaptur
     adapter.run_due(1.0, broken, limiter.config, settled.append)
     assert settled == [] and adapter.learned.applied == 10
     assert "the update failed; the server limit stays 10" in caplog.text
+
+
+async def test_a_restart_under_full_load_probes_below_and_finds_the_knee(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # 20 closed-loop clients at once, a backend whose knee is 4 (0.1 s up to 4 in flight,
+    # proportionally longer beyond, set by what runs as it starts), ServerCL from 40: the
+    # first baseline is learned at 20 in flight and reads healthy there. A probe queues
+    # requests for a moment (none is rejected) and the limit comes down to the knee.
+    caplog.set_level(logging.DEBUG, logger="apf_limiter")
+    clock = FakeClock()
+    limiter = Limiter(_config(limit=40, minLimit=1, smoothing=0.3), clock=clock)
+    in_flight = 0
+    rejected = 0
+
+    async def client() -> None:
+        nonlocal in_flight, rejected
+        while True:
+            try:
+                async with limiter.admit(DIGEST):
+                    in_flight += 1
+                    try:
+                        await asyncio.sleep(0)  # those starting together see each other
+                        await clock.sleep(0.1 * max(1.0, in_flight / 4))
+                    finally:
+                        in_flight -= 1
+            except Exception:
+                rejected += 1
+                await clock.sleep(1.0)
+
+    tasks = [asyncio.create_task(client()) for _ in range(20)]
+    try:
+        await clock.advance(60.0)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    statistics = limiter.adaptive_concurrency
+    assert statistics is not None
+    assert 3 <= _server_limit(limiter) <= 6
+    assert statistics.baselines["test"] == pytest.approx(0.1, rel=0.1)
+    assert statistics.probes >= 1 and not statistics.probing
+    assert rejected == 0
+    probing = [r for r in caplog.records if "probing at a server limit" in r.message]
+    assert probing and all(r.levelno == logging.DEBUG for r in probing)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import apf_limiter.config._sources
+import apf_limiter.config._text
 from apf_limiter import ConfigError, ConfigProblem, Limiter, RequestDigest
 from apf_limiter.config._model import Configuration
 from apf_limiter.config._text import NO_DOCUMENT
@@ -110,7 +111,9 @@ async def test_a_file_still_changing_at_the_next_check_waits(tmp_path: Path) -> 
     path.write_text(_text(4))  # changed again between the two checks
     await _tick(clock, limiter)
     assert recorder.applied == [] and _reads(limiter) == reads  # not even read
-    await _tick(clock, limiter)  # held still for one check
+    await _tick(clock, limiter)  # held still for one check: written in place, not enough
+    assert recorder.applied == [] and _reads(limiter) == reads
+    await _tick(clock, limiter)  # held still for two
     assert recorder.applied == [4]
     assert _reads(limiter) == reads + 1
 
@@ -163,6 +166,7 @@ async def test_a_file_with_no_document_is_refused_and_the_running_configuration_
     with caplog.at_level(logging.INFO, logger="apf_limiter"):
         await _tick(clock, limiter)
         await _tick(clock, limiter)
+        await _tick(clock, limiter)  # written in place: two checks of quiet
     assert _limit(limiter) == 2
     assert limiter.config.server_concurrency_limit == 2
     assert recorder.applied == []
@@ -177,9 +181,10 @@ async def test_a_file_with_no_document_is_refused_and_the_running_configuration_
 async def test_truncate_pause_write_rewrites_never_apply_a_half_written_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # 40 in-place rewrites (truncate, pause 30 ms, write) at varying phases against checks
-    # every second; in every other one a check falls inside the pause and finds the file
-    # empty. The file's times are set from the fake clock, so that every step moves the stat
+    # 40 in-place rewrites (truncate, pause 30 ms, write), one every 4 s (in place, a
+    # change is read after two quiet checks), at varying phases against checks every
+    # second; in every other one a check falls inside the pause and finds the file empty.
+    # The file's times are set from the fake clock, so that every step moves the stat
     # however coarse the file system's own timestamps are.
     path, clock, limiter, recorder = _reloading(tmp_path, limit=2)
     base_ns = path.stat().st_mtime_ns
@@ -192,9 +197,9 @@ async def test_truncate_pause_write_rewrites_never_apply_a_half_written_file(
     for i in range(40):
         # Even: the pause spans a check (at a whole second); odd: anywhere in the second.
         phase = 1.0 - 0.03 * (i + 1) / 41 if i % 2 == 0 else (0.137 * i) % 0.96
-        start = 2 + 3 * i + phase
+        start = 2 + 4 * i + phase
         events += [(start, "truncate", i), (start + 0.03, "write", i)]
-    end = int(events[-1][0]) + 3
+    end = int(events[-1][0]) + 4
     events += [(float(second), "check", 0) for second in range(1, end + 1)]
     events.sort()
     inside = sum(
@@ -220,44 +225,30 @@ async def test_truncate_pause_write_rewrites_never_apply_a_half_written_file(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
-async def test_a_file_written_while_it_is_read_is_not_applied(tmp_path: Path) -> None:
-    # A named pipe renamed over the file: the worker's read waits for a writer, and the write
-    # moves the pipe's times, so the stat after the read disagrees with the stat before.
+async def test_a_file_written_while_it_is_read_is_not_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The read itself writes the file (in place, a new size): the stat after the read then
+    # disagrees with the stat before, and what was read is not taken.
     path, clock, limiter, recorder = _reloading(tmp_path, limit=2)
-    pipe = tmp_path / "pipe.json"
-    os.mkfifo(pipe)
-    os.utime(pipe, ns=(10**9, 10**9))
-    os.replace(pipe, path)
-    await _tick(clock, limiter)  # seen changed
-    await clock.advance(1)
+    reader = apf_limiter.config._text.read_file_bytes
+    writes: list[int] = []
 
-    # Should a broken build read on this thread, it would wait for a writer forever: this
-    # one comes only then (it never fires when the test passes).
-    def unblock() -> None:
-        plain = tmp_path / "plain.json"
-        plain.write_text(_text(9))
-        with open(path, "w") as writer:
-            writer.write(_text(9))
-        os.replace(plain, path)
+    def overlapped(name: str, max_size: int) -> bytes:
+        data = reader(name, max_size)
+        if not writes:
+            writes.append(1)
+            path.write_text(_text(30))  # lands while the worker reads
+        return data
 
-    rescue = threading.Timer(10, unblock)
-    rescue.start()
-    try:
-        limiter.run_due()  # the worker opens the pipe, and waits for a writer
-        with open(path, "w") as writer:  # opens once the worker has opened it to read
-            writer.write(_text(3))
-        limiter._reloader.wait()  # type: ignore[union-attr]
-    finally:
-        rescue.cancel()
-    limiter.run_due()
-    assert recorder.applied == []  # valid content, but written while it was read
-    replacement = tmp_path / "apf.json.tmp"
-    replacement.write_text(_text(4))
-    os.replace(replacement, path)
-    await _tick(clock, limiter)
-    await _tick(clock, limiter)
-    assert recorder.applied == [4]
+    monkeypatch.setattr(apf_limiter.config._text, "read_file_bytes", overlapped)
+    path.write_text(_text(3))
+    for _ in range(3):
+        await _tick(clock, limiter)  # seen, quiet once, quiet twice: read, overlapped
+    assert writes and recorder.applied == []  # valid content, but written while it was read
+    for _ in range(3):
+        await _tick(clock, limiter)  # what the write left holds still: read again
+    assert recorder.applied == [30]
 
 
 async def test_an_unchanged_file_is_not_read_again(
@@ -311,6 +302,7 @@ async def test_a_same_size_rewrite_with_the_old_timestamp_is_applied(tmp_path: P
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     await _tick(clock, limiter)
     await _tick(clock, limiter)
+    await _tick(clock, limiter)  # written in place: two checks of quiet
     assert _limit(limiter) == 3
 
 
@@ -332,6 +324,7 @@ async def test_the_file_is_read_and_parsed_on_a_worker_thread(
     monkeypatch.setattr(apf_limiter.config._sources, "load_file_content", slow)
     path.write_text(_text(5))
     await _tick(clock, limiter)  # seen changed
+    await _tick(clock, limiter)  # held still once: written in place, it waits for another
     await clock.advance(1)
     # The check falls due inside this admission and its release: both return while the
     # parse is held, and the running configuration serves them.
@@ -366,6 +359,7 @@ async def test_close_waits_for_the_worker_and_starts_no_more_checks(
     monkeypatch.setattr(apf_limiter.config._sources, "load_file_content", gated)
     path.write_text(_text(5))
     await _tick(clock, limiter)
+    await _tick(clock, limiter)  # held still once: written in place, it waits for another
     await clock.advance(1)
     limiter.run_due()  # starts the check that reads and parses
     threads = threading.active_count()
@@ -399,6 +393,7 @@ async def test_a_process_forked_during_a_check_does_not_wait_for_the_parents_wor
     monkeypatch.setattr(apf_limiter.config._sources, "load_file_content", gated)
     path.write_text(_text(5))
     await _tick(clock, limiter)
+    await _tick(clock, limiter)  # held still once: written in place, it waits for another
     await clock.advance(1)
     limiter.run_due()  # the parent's worker holds the check, gated
     child = os.fork()
@@ -429,6 +424,7 @@ async def test_an_explicit_reload_reads_at_once_and_waits_for_the_check_in_fligh
     assert limiter.reload() is False  # the same content again
     path.write_text(_text(4))
     await _tick(clock, limiter)
+    await _tick(clock, limiter)  # held still once: written in place, it waits for another
     await clock.advance(1)
     limiter.run_due()  # a check, which finds 4: not yet applied
     limiter._reloader.wait()  # type: ignore[union-attr]
@@ -467,6 +463,7 @@ async def test_an_unexpected_failure_of_a_check_is_logged_and_changes_nothing(
     with caplog.at_level(logging.ERROR, logger="apf_limiter"):
         await _tick(clock, limiter)
         await _tick(clock, limiter)
+        await _tick(clock, limiter)  # written in place: two checks of quiet
     assert _limit(limiter) == 2
     (record,) = [r for r in caplog.records if r.getMessage() == f"reloading {path} failed"]
     assert record.exc_info is not None and "a bug somewhere" in str(record.exc_info[1])
@@ -484,6 +481,7 @@ async def test_a_reload_that_fails_unexpectedly_inside_a_release_releases_the_se
     monkeypatch.setattr(apf_limiter.config._sources, "load_source", broken)
     path.write_text(_text(2))
     await _tick(clock, limiter)
+    await _tick(clock, limiter)  # held still once: written in place, it waits for another
     with caplog.at_level(logging.ERROR, logger="apf_limiter"):
         async with limiter.admit(RequestDigest(user="u")):
             await clock.advance(1.0)

@@ -3,8 +3,9 @@
 The limiter holds requests (running, waiting, rejected for every reason, cancelled) so the
 numbers are not zero; the page must render exactly those live numbers after its script has
 fetched the feed; with a level in shadow mode, a banner and that level's row say so. With
-``APF_DASHBOARD_SCREENSHOT=<path>`` the test also saves a screenshot (this is how
-``docs/dashboard.png`` is made).
+``APF_DASHBOARD_SCREENSHOT=<path>`` the test also saves a screenshot of these held numbers;
+``docs/dashboard.png`` is drawn from a live server under load by
+``benchmarks/dashboard_screenshot.py``.
 """
 
 from __future__ import annotations
@@ -383,6 +384,16 @@ def test_the_adaptive_limit_has_a_panel_and_a_sparkline(chromium: str, tmp_path:
     learned = (dom.attributes["adaptive_spark_learned"]["points"] or "").split()
     assert len(applied) == len(learned) == samples
     assert len({point.split(",")[1] for point in applied}) == 1
+    # The latency ratio over the same polls (one update: a value at each), against 1.0.
+    ratio_points = (dom.attributes["adaptive_ratio_line"]["points"] or "").split()
+    assert int(dom.attributes["adaptive_ratio_spark"]["data-samples"] or "0") == samples
+    assert len(ratio_points) == samples
+    top = max(2.0, adaptive.last_ratio)
+    assert {point.split(",")[1] for point in ratio_points} == {
+        f"{46 - 44 * adaptive.last_ratio / top:.1f}"
+    }
+    one = dom.attributes["adaptive_ratio_one"]
+    assert one["y1"] == one["y2"] == f"{46 - 44 / top:.1f}"
 
 
 def test_the_page_reports_a_denied_feed(chromium: str, tmp_path: Path) -> None:

@@ -320,3 +320,54 @@ async def test_the_adaptive_limit_is_written_per_worker_once_it_is_on(
     for name, values in adaptive_samples(adaptive).items():
         assert _value(native, name) == pytest.approx(sum(values.values())), name
     assert _value(native, "adaptive_applied_limit_seats") == adaptive.applied_limit > 10
+
+
+_PRELOAD = """
+import os, sys
+from prometheus_client import CollectorRegistry
+from apf_limiter import Limiter
+from apf_limiter.observability import PrometheusMetrics
+from apf_limiter.observability._multiprocess import refresh_all
+
+directory = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+
+def live(pid):
+    return sorted(f for f in os.listdir(directory) if f.startswith("gauge_live") and
+                  f.endswith(f"_{pid}.db"))
+
+# As gunicorn --preload's master: the app (limiter, metrics) is imported, then workers forked.
+metrics = PrometheusMetrics(CollectorRegistry())
+limiter = Limiter({"serverConcurrencyLimit": 10}, observer=metrics)
+metrics.bind(limiter)
+master = os.getpid()
+assert live(master), "bind writes the master's gauges"
+if sys.argv[1] == "served":
+    refresh_all()  # as before answering a scrape: this process serves
+children = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if live(os.getpid()) or sys.argv[1] == "served" else 3)
+    children.append(pid)
+codes = [os.waitpid(pid, 0)[1] for pid in children]
+print(codes, bool(live(master)))
+"""
+
+
+@pytest.mark.parametrize(("kind", "kept"), [("preloaded", False), ("served", True)])
+def test_a_preloading_master_does_not_count_as_a_worker(
+    tmp_path: Path, kind: str, kept: bool
+) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", _PRELOAD, kind],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    # Both children exited 0 (each preloaded worker wrote its own gauges at once); the
+    # preloading master's live gauges are gone, a process that served keeps its own.
+    assert result.stdout.strip() == f"[0, 0] {kept}", result.stderr

@@ -236,3 +236,23 @@ async def test_the_dashboard_feed_says_which_levels_are_in_shadow_mode() -> None
     for holder in holders:
         holder.release.set()
     await clock.advance(30)
+
+
+async def test_would_be_rejections_have_series_at_zero_from_the_first_request() -> None:
+    # The documented ratio query (would-be 429s over dispatched) must read 0, not "no data",
+    # while nothing would have been rejected yet.
+    traffic = ShadowTraffic()
+    traffic.arrive("alice")
+    traffic.arrive("rita", RITA)
+    await traffic.clock.advance_to(1)
+    reg = traffic.registry
+    rejected = "shadow_rejected_requests_total"
+    assert value(reg, rejected, **Q, reason="queue-full") == 0
+    assert value(reg, rejected, **Q, reason="time-out") == 0
+    assert value(reg, rejected, **Q, reason="concurrency-limit") is None  # a queuing level
+    assert value(reg, rejected, **R, reason="concurrency-limit") == 0
+    assert value(reg, rejected, **R, reason="queue-full") is None  # a Reject level
+    assert value(reg, "dispatched_requests_total", **Q) == 1
+    for holder in traffic.holders.values():
+        holder.release.set()
+    await traffic.clock.advance_to(2)

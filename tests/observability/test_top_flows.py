@@ -240,3 +240,56 @@ async def test_metrics_are_opt_in_and_only_the_top_n(flooded: Limiter) -> None:
     assert sample(private, "top_flow_rejections", "queued", hashed("mallory", b"k")) == 3
     with pytest.raises(ValueError, match="top_flows"):
         PrometheusMetrics(CollectorRegistry(), top_flows=1000)
+
+
+async def test_dump_requests_hides_distinguishers_and_users_as_dump_top_flows_does(
+    flooded: Limiter,
+) -> None:
+    from apf_limiter.observability import dump_requests
+
+    plain = dump_requests(flooded, include_details=True).json_rows()
+    assert {row["FlowDistingsher"] for row in plain} >= {"alice", "mallory"}
+    for key, option in ((b"", True), (b"fleet secret", b"fleet secret")):
+        rows = dump_requests(flooded, include_details=True, hash_distinguishers=option).json_rows()
+        assert len(rows) == len(plain)
+        names = {row["FlowDistingsher"] for row in rows}
+        assert names == {hashed(name, key) for name in ("alice", "bob", "mallory", "carol")}
+        assert {row["UserName"] for row in rows} == names  # the user is the distinguisher here
+        text = dump_requests(flooded, hash_distinguishers=option).text()
+        assert "alice" not in text and "mallory" not in text
+    # The same flow reads the same in both dumps.
+    top = {
+        row["FlowDistinguisher"]
+        for row in dump_top_flows(flooded, hash_distinguishers=True).json_rows()
+    }
+    assert top <= {
+        row["FlowDistingsher"]
+        for row in dump_requests(flooded, hash_distinguishers=True).json_rows()
+    }
+    with pytest.raises(ValueError, match="hash_distinguishers"):
+        dump_requests(flooded, hash_distinguishers=b"x" * 65)
+
+
+async def test_the_middleware_passes_debug_options_to_every_endpoint(flooded: Limiter) -> None:
+    from apf_limiter.asgi import APFMiddleware
+    from apf_limiter.asgi._types import Receive, Send
+
+    async def never(scope: Scope, receive: Receive, send: Send) -> None:
+        raise AssertionError("not reached: debug paths bypass the app")
+
+    middleware = APFMiddleware(
+        never,
+        limiter=flooded,
+        debug_endpoints={"top_flows": 1, "hash_distinguishers": True},
+        authorize=allow,
+    )
+    transport = httpx.ASGITransport(app=middleware)
+    async with httpx.AsyncClient(transport=transport, base_url="http://apf") as http:
+        rows = (await http.get(f"{DEBUG_PREFIX}/dump_top_flows?format=json")).json()
+        assert [row["FlowDistinguisher"] for row in rows] == [hashed("alice"), hashed("mallory")]
+        text = (await http.get(f"{DEBUG_PREFIX}/dump_requests?includeRequestDetails=1")).text
+        assert hashed("carol") in text and "carol" not in text.replace(hashed("carol"), "")
+    with pytest.raises(TypeError, match="unknown options"):
+        APFMiddleware(never, limiter=flooded, debug_endpoints={"top": 1})
+    with pytest.raises(ValueError, match="top_flows"):
+        APFMiddleware(never, limiter=flooded, debug_endpoints={"top_flows": -1})

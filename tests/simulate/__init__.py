@@ -1,0 +1,1 @@
+"""Tests of apf-limiter simulate and replay."""
