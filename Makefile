@@ -34,7 +34,7 @@ pytest: $(STAMP)
 compile: $(STAMP)
 	$(BIN)/python mypyc_modules.py > /dev/null  # a stale entry in the list stops here
 	rm -rf $(COMPILED) && mkdir -p $(COMPILED)
-	cp -r apf_limiter tests examples docs benchmarks mypyc_modules.py $(COMPILED)/
+	cp -r apf_limiter tests examples docs benchmarks mypyc_modules.py README.md $(COMPILED)/
 	# What the copy was compiled from, for the benchmarks' result files (build/ is not in git).
 	printf '%s %s\n' "$$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
 		"$$(git status --porcelain -- apf_limiter 2>/dev/null | grep -q . && echo dirty || echo clean)" \

@@ -91,7 +91,7 @@ def _engine(requests: int) -> Profile:
 
 def _classification(requests: int) -> Profile:
     limiter = Limiter(twenty_schemas_config(), hash_seed=1)
-    classifier: Classifier = limiter._controller.classifier
+    classifier: Classifier = limiter._core.controller.classifier
     digests = [
         RequestDigest(
             user=f"user-{i % 50}",

@@ -10,7 +10,7 @@ YAML), in a fresh process each so that peak memory is its own:
    (``load_file_content``), then building the classifier (``Controller.prepare``), in seconds;
 3. the resident memory that adds at its peak (``ru_maxrss``), in MiB, over a limiter already
    running a configuration of that size;
-4. the limiter thread's part, the event-loop stall: ``Limiter._reconfigure`` with the
+4. the limiter thread's part, the event-loop stall: ``Core.reconfigure`` with the
    classifier built beforehand (what a reload runs), and, for comparison, ``reconfigure``
    building it on the spot (what a reload did before).
 
@@ -76,10 +76,10 @@ def measure(count: int) -> dict[str, float]:
     started = time.perf_counter()
     config = load_file_content(data, "apf.yaml")
     parsed = time.perf_counter()
-    classifier = limiter._controller.prepare(config)
+    classifier = limiter._core.controller.prepare(config)
     built = time.perf_counter()
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    limiter._reconfigure(config, classifier)
+    limiter._core.reconfigure(config, classifier)
     applied = time.perf_counter()
     again = load_file_content(schema_text(count, "-again"), "apf.yaml")
     started_unprepared = time.perf_counter()

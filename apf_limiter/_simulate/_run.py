@@ -2,7 +2,7 @@
 
 It drives :class:`~apf_limiter.engine._controller.Controller` through its entry points, each
 given ``now`` and answering :class:`~apf_limiter.engine._effects.Effects`, and does with them
-what the shell does (``limiter/_shell.py``, ``limiter/_scheduler.py``):
+what the shell does (``limiter/_core.py``, ``limiter/_adjustments.py``):
 
 * an arrival first runs the borrowing adjustments that fell due (the shell's catch-up), then
   ``start``; a request left waiting at a level whose limit is 0 gets ``open_level`` (D5), then a
@@ -43,7 +43,7 @@ _FINISH: Final = 1
 _WAIT_LIMIT: Final = 2
 _RELEASE: Final = 3
 _TICK: Final = 4
-_MAX_REPLAYED_ADJUSTMENTS: Final = 1000  # as limiter/_scheduler.py (Scheduler.catch_up)
+_MAX_REPLAYED_ADJUSTMENTS: Final = 1000  # as limiter/_adjustments.py (catch_up)
 
 
 @dataclass
@@ -321,7 +321,7 @@ class Simulation:
                 self._push(following, _ARRIVAL, source)
 
     # ----------------------------------------------------------------------------------------
-    # borrowing: the shell's catch-up (limiter/_scheduler.py, Scheduler.catch_up)
+    # borrowing: the shell's catch-up (limiter/_adjustments.py, Adjustments.catch_up)
 
     def _catch_up(self, now: float) -> None:
         replayed = 0

@@ -1,10 +1,12 @@
-"""The async shell: :class:`Limiter` and :class:`Admission`, split by job.
+"""The async shell: :class:`Limiter` and :class:`Admission`, one concept per module.
 
-``_limiter`` is the public API and the wiring, ``_admission`` one request's phases,
-``_scheduler`` the timers (borrowing with catch-up, lost-loop recovery, final seats),
-``_reporter`` observer events and logs, ``_reload`` the configuration file, ``_shadow`` the
-virtual twins of shadow mode. The public names
-are re-exported by :mod:`apf_limiter`.
+``_limiter`` is the public API, holding its ``_core`` (the request path: arrive, queue,
+finish, abandon, reject, and acting on the engine's effects); ``_admission`` one request's
+phases; ``_scheduler`` the one scheduler of periodic work, whose jobs are ``_adjustments``
+(borrowing with catch-up, lost-loop recovery, final seats), ``_reload`` (the configuration
+file) and ``_adapting`` (the adaptive limit); ``_reporter`` observer events and logs;
+``_shadow`` the virtual twins of shadow mode. The public names are re-exported by
+:mod:`apf_limiter`.
 """
 
 from apf_limiter.limiter._admission import Admission as Admission

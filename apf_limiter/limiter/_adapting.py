@@ -1,7 +1,8 @@
 """The shell's side of the adaptive server limit: sampling, updating, applying and logging.
 
 The learning is pure (``engine/_adaptive.py``). Here a request that ran gives a sample as it
-finishes, and an update that falls due (on the housekeeping schedule) applies a moved limit
+finishes, and an update that falls due (:class:`AdaptiveJob`, run by the shell's scheduler)
+applies a moved limit
 through the controller's ``apply`` with the configuration's ServerCL replaced, exactly as a
 reload with that ServerCL would: levels are re-planned, queued requests stay queued, and a
 level that shrank dispatches nothing until it is under its new limit.
@@ -19,6 +20,7 @@ from apf_limiter.engine._adaptive import AdaptiveLimit
 from apf_limiter.engine._controller import Controller
 from apf_limiter.engine._effects import Effects
 from apf_limiter.engine._statistics import AdaptiveStatistics
+from apf_limiter.limiter._scheduler import NEVER, Scheduler
 
 logger = logging.getLogger("apf_limiter")
 
@@ -130,3 +132,52 @@ def adapter_for(config: Configuration, adapter: Adapter | None, now: float) -> A
         return Adapter(settings, config.server_concurrency_limit, now)
     adapter.configure(settings)
     return adapter
+
+
+class AdaptiveJob:
+    """The adaptive limit's updates, as a scheduler job: never due while the limit is off.
+
+    It registers itself with ``scheduler``.
+
+    Args:
+        adapter: The adaptive limit, or ``None`` when it is off.
+        config: The configuration as given (its ServerCL the configured one).
+        controller: The engine, whose limit a moved update applies.
+        settle: Acts on what applying a moved limit changed.
+        scheduler: Runs the job when its update falls due.
+
+    Attributes:
+        adapter: The adaptive limit, or ``None`` when it is off.
+        next_run: When the next update falls due.
+    """
+
+    __slots__ = ("adapter", "_config", "_controller", "_settle", "_scheduler", "next_run")
+
+    def __init__(
+        self,
+        adapter: Adapter | None,
+        config: Configuration,
+        controller: Controller,
+        settle: Callable[[Effects], None],
+        scheduler: Scheduler,
+    ) -> None:
+        self.adapter = adapter
+        self._config = config
+        self._controller = controller
+        self._settle = settle
+        self._scheduler = scheduler
+        self.next_run = NEVER if adapter is None else adapter.next_update
+        scheduler.add(self)
+
+    def configure(self, adapter: Adapter | None, config: Configuration) -> None:
+        """Take a new configuration and its adapter (``adapter_for``); reschedule."""
+        self.adapter = adapter
+        self._config = config
+        self._scheduler.schedule(self, NEVER if adapter is None else adapter.next_update)
+
+    def run(self, now: float) -> None:
+        """Run the update that fell due and schedule the next one."""
+        adapter = self.adapter
+        if adapter is not None:
+            adapter.run_due(now, self._controller, self._config, self._settle)
+            self._scheduler.schedule(self, adapter.next_update)

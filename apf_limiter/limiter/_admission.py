@@ -1,4 +1,10 @@
-"""One request's admission: its phases, from start to release."""
+"""One request's admission: its phases, from start to release.
+
+An admission calls the request path through the public methods of the shell's
+:class:`~apf_limiter.limiter._core.Core` (``arrive``, ``queue``, ``finish``, ``finish_unrun``,
+``abandon``, ``rejected``, ``rejection``, ``dispatched``, ``is_shadow``, ``now``), and starts a
+shadow twin through the core's :class:`~apf_limiter.limiter._shadow.Twins`.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ from apf_limiter.engine._request import Request, RequestState
 from apf_limiter.limiter._shadow import ADMITTED_AT_ONCE, ShadowOutcome, Twin
 
 if TYPE_CHECKING:
-    from apf_limiter.limiter._shell import Shell
+    from apf_limiter.limiter._core import HoldsCore
+
 
 _EXECUTING: Final = RequestState.EXECUTING
 _WAITING: Final = RequestState.WAITING
@@ -54,7 +61,7 @@ class Admission:
     """
 
     __slots__ = (
-        "_limiter",
+        "_core",
         "_digest",
         "_wait_limit",
         "_request",
@@ -64,8 +71,8 @@ class Admission:
         "_twin",
     )
 
-    def __init__(self, limiter: Shell, digest: RequestDigest, wait_limit: float | None) -> None:
-        self._limiter = limiter
+    def __init__(self, limiter: HoldsCore, digest: RequestDigest, wait_limit: float | None) -> None:
+        self._core = limiter._core
         self._digest = digest
         self._wait_limit = wait_limit
         self._request: Request | None = None
@@ -146,7 +153,7 @@ class Admission:
         if twin is not None:
             return twin.outcome
         request = self._started
-        if self._limiter._controller.is_shadow(request):
+        if self._core.is_shadow(request):
             return ADMITTED_AT_ONCE
         return None
 
@@ -167,22 +174,22 @@ class Admission:
         """
         if self._phase is not _NEW:
             raise RuntimeError("an Admission can be started (entered) only once")
-        limiter = self._limiter
+        core = self._core
         # Should classification raise, nothing started: the admission stays new.
-        self._request = request = limiter._arrive(self._digest)
+        self._request = request = core.arrive(self._digest)
         state = request.state
         if state is _EXECUTING:
             self._phase = _ADMITTED
             return True
-        if limiter._controller.is_shadow(request):
+        if core.is_shadow(request):
             # Shadow mode: the request runs now; its twin waits, or was rejected, for it.
-            self._twin = Twin(limiter, request, self._wait_limit)
+            self._twin = core.twins.start(request, self._wait_limit)
             self._phase = _ADMITTED
             return True
         self._phase = _ENDED  # rejected, or (should queuing fail) abandoned
         if state is not _WAITING:
-            raise limiter._rejected(request, request.arrival_time)
-        self._timer = limiter._queue(request, self._wait_limit)
+            raise core.rejected(request, request.arrival_time)
+        self._timer = core.queue(request, self._wait_limit)
         self._phase = _QUEUED
         return False
 
@@ -206,7 +213,7 @@ class Admission:
             if request.state is _EXECUTING or self._twin is not None:
                 return
             if request.state is _TIMED_OUT:
-                raise self._limiter._rejection(request)
+                raise self._core.rejection(request)
             if request.state is RequestState.REJECTED:
                 raise RuntimeError("the request was rejected by start(): it never waited")
             raise RuntimeError(
@@ -236,24 +243,24 @@ class Admission:
         """The waiting task was cancelled (or failed): leave the queue or pass the seats on."""
         request = self._request
         if request is not None and self._end_wait():
-            self._limiter._abandon(request)
+            self._core.abandon(request)
 
     def _wait_ended(self) -> None:
         """The waiter was woken: the request holds its seats, timed out, or was released."""
         request = self._request
         assert request is not None
         was_queued = self._end_wait()
-        limiter = self._limiter
+        core = self._core
         state = request.state
         if state is _TIMED_OUT:
             if not was_queued:  # reported already, by a release() before this task resumed
-                raise limiter._rejection(request)
-            raise limiter._rejected(request, limiter._now())
+                raise core.rejection(request)
+            raise core.rejected(request, core.now())
         if state is not _EXECUTING:
             raise RuntimeError("the admission was released while it waited")
         self._phase = _ADMITTED
         self._queue_wait = request.start_time - request.arrival_time
-        limiter._reporter.dispatched(request, self._queue_wait, False)
+        core.dispatched(request, self._queue_wait)
 
     def release(self, *, ran: bool = True) -> None:
         """Give the seats back (or leave the queue). Idempotent; ``async with`` calls it.
@@ -273,22 +280,22 @@ class Admission:
             if twin is not None:
                 twin.real_ended(ran)
             elif state is _EXECUTING:
-                self._limiter._finish(request, ran=ran)
+                self._core.finish(request, ran=ran)
         elif phase is _QUEUED:
             self._end_wait()
-            limiter = self._limiter
+            core = self._core
             if state is _EXECUTING:
                 # Dispatched from its queue an instant ago, before the waiting task could
                 # see it (it will find the admission released): it never ran.
                 self._queue_wait = request.start_time - request.arrival_time
-                limiter._finish_unrun(request)
+                core.finish_unrun(request)
             elif state is _WAITING:
-                limiter._abandon(request)
+                core.abandon(request)
                 request.handle.set()  # a concurrent wait() wakes up and reports the release
             elif state is _TIMED_OUT:
                 # Its wait limit passed while no task was in wait(): report the time-out now
                 # (observer, log), once; a later wait() raises it without a report.
-                limiter._rejected(request, limiter._now(), request.ended_at - request.arrival_time)
+                core.rejected(request, core.now(), request.ended_at - request.arrival_time)
 
     async def __aenter__(self) -> Admission:
         if not self.start():

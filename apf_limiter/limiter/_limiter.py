@@ -1,9 +1,11 @@
-"""The async shell's front: :class:`Limiter`, its public API and the wiring of its parts.
+"""The async shell's front: :class:`Limiter`, its public API, holding the shell's core.
 
 The shell is thin. It reads the clock, asks the engine (the controller) what to do, and acts on
 the :class:`~apf_limiter.engine._effects.Effects` it answers: it wakes the waiters of dispatched
-requests, raises :class:`Rejected`, and runs timers for wait limits, additional latencies and the
-borrowing schedule (:mod:`._scheduler`). Events and logs go through one reporter
+requests, raises :class:`Rejected`, and runs timers for wait limits and additional latencies.
+That is the request path, the limiter's :class:`~._core.Core`, which it holds (not inherits).
+Periodic work (borrowing adjustments, the configuration file's checks, the adaptive limit) is
+jobs of one scheduler (:mod:`._scheduler`). Events and logs go through one reporter
 (:mod:`._reporter`); one request's phases are its :class:`Admission` (:mod:`._admission`).
 
 The fast path, an ``admit`` that finds free seats and its release, never yields to the event
@@ -27,8 +29,9 @@ from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._config_file import ConfigFile, Outcome
+from apf_limiter.limiter._core import Core, HoldsCore
 from apf_limiter.limiter._reload import Reloader
-from apf_limiter.limiter._shell import DEFAULT_MAX_SHADOW_TWINS, Shell
+from apf_limiter.limiter._shadow import DEFAULT_MAX_SHADOW_TWINS
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
@@ -52,7 +55,7 @@ def check_wait_limit(wait_limit: float) -> None:
         )
 
 
-class Limiter(Shell):
+class Limiter(HoldsCore):
     """Kubernetes API Priority and Fairness for asyncio (and trio) code.
 
     Args:
@@ -83,7 +86,55 @@ class Limiter(Shell):
         observer: Observer | None = None,
         max_shadow_twins: int = DEFAULT_MAX_SHADOW_TWINS,
     ) -> None:
-        super().__init__(config, clock, hash_seed, observer, max_shadow_twins)
+        # The request path, and every part it runs on: the engine, the clock, the jobs.
+        self._core = Core(config, clock, hash_seed, observer, max_shadow_twins)
+        self._reloader: Reloader | None = None  # set by from_file
+
+    def reconfigure(self, config: ConfigSource) -> None:
+        """Apply a new configuration atomically; queued and executing requests survive.
+
+        Everything is validated first: an invalid configuration raises :class:`ConfigError`
+        and changes nothing. Then levels are reconfigured (removed busy levels drain first),
+        the flow schemas re-sorted and a borrowing adjustment run.
+
+        Raises:
+            ConfigError: If the configuration is invalid.
+        """
+        self._core.reconfigure(config)
+
+    def reload(self) -> bool:
+        """Reload the configuration file now if it changed (``from_file`` limiters).
+
+        The file is read and parsed on the calling thread, at once (a check in flight on the
+        worker thread is waited for, and applied, first). Content that is the same as the
+        running configuration's is not applied again.
+
+        Returns:
+            Whether a new configuration was applied. A file that fails to load (or holds no
+            document) is logged with all its problems and leaves the running configuration in
+            force; so does a file that kept changing while it was read.
+
+        Raises:
+            RuntimeError: If the limiter was not created with :meth:`from_file`.
+        """
+        if self._reloader is None:
+            raise RuntimeError("reload() needs a limiter created with Limiter.from_file()")
+        return self._reloader.reload()
+
+    def _apply_file(self, outcome: Outcome) -> bool:
+        """Act on what a check of the configuration file found; whether it was applied."""
+        path = self._reloader.file.path if self._reloader is not None else ""
+        if outcome.failure is not None:
+            logger.error("reloading %s failed", path, exc_info=outcome.failure)
+            return False
+        if outcome.config is None:
+            if outcome.error is not None:
+                self._core.reporter.rejected_config(outcome.error, source=path)
+            return False
+        # Parsed, validated and its classifier built on the worker thread: what is left is
+        # the engine's swap.
+        self._core.reconfigure(outcome.config, outcome.classifier)
+        return True
 
     @classmethod
     def from_file(
@@ -146,67 +197,34 @@ class Limiter(Shell):
             observer=observer,
             max_shadow_twins=max_shadow_twins,
         )
-        reloader = Reloader(
-            file, limiter._scheduler, limiter._apply_file, limiter._controller.prepare
-        )
+        # The file's checks: one more job of the limiter's scheduler; its worker also builds
+        # each new configuration's classifier.
+        core = limiter._core
+        reloader = Reloader(file, core.scheduler, limiter._apply_file, core.controller.prepare)
         limiter._reloader = reloader
         if reload:
-            reloader.watch(limiter._clock.now())
+            reloader.watch(core.clock.now())
         return limiter
-
-    def reload(self) -> bool:
-        """Reload the configuration file now if it changed (``from_file`` limiters).
-
-        The file is read and parsed on the calling thread, at once (a check in flight on the
-        worker thread is waited for, and applied, first). Content that is the same as the
-        running configuration's is not applied again.
-
-        Returns:
-            Whether a new configuration was applied. A file that fails to load (or holds no
-            document) is logged with all its problems and leaves the running configuration in
-            force; so does a file that kept changing while it was read.
-
-        Raises:
-            RuntimeError: If the limiter was not created with :meth:`from_file`.
-        """
-        if self._reloader is None:
-            raise RuntimeError("reload() needs a limiter created with Limiter.from_file()")
-        return self._reloader.reload()
-
-    def _apply_file(self, outcome: Outcome) -> bool:
-        """Act on what a check of the configuration file found; whether it was applied."""
-        path = self._reloader.file.path if self._reloader is not None else ""
-        if outcome.failure is not None:
-            logger.error("reloading %s failed", path, exc_info=outcome.failure)
-            return False
-        if outcome.config is None:
-            if outcome.error is not None:
-                self._reporter.rejected_config(outcome.error, source=path)
-            return False
-        # Parsed, validated and its classifier built on the worker thread: what is left is
-        # the engine's swap.
-        self._reconfigure(outcome.config, outcome.classifier)
-        return True
 
     @property
     def config(self) -> Configuration:
         """The configuration in force."""
-        return self._config
+        return self._core.config
 
     @property
     def observer(self) -> Observer | None:
         """The observer receiving this limiter's events, if any."""
-        return self._reporter.observer
+        return self._core.reporter.observer
 
     @property
     def clock(self) -> Clock:
         """The limiter's clock."""
-        return self._clock
+        return self._core.clock
 
     @property
     def hash_seed(self) -> int:
         """The seed of the flow hash."""
-        return self._hash_seed
+        return self._core.hash_seed
 
     def admit(self, digest: RequestDigest, *, wait_limit: float | None = None) -> Admission:
         """Admit a request: ``async with limiter.admit(digest) as admission: ...``.
@@ -243,7 +261,7 @@ class Limiter(Shell):
         Raises:
             LookupError: If no flow schema matches and there is no ``catch-all`` schema.
         """
-        classification = self._controller.classifier.classify(digest)
+        classification = self._core.controller.classifier.classify(digest)
         return classification.flow_schema.name, classification.priority_level
 
     def refuse(
@@ -268,14 +286,14 @@ class Limiter(Shell):
             exempt = self.config.priority_level(priority_level).is_exempt
         except KeyError:  # reconfigured away since it was classified
             exempt = False
-        self._reporter.refused(priority_level, flow_schema, reason, retry_after, exempt)
+        self._core.reporter.refused(priority_level, flow_schema, reason, retry_after, exempt)
         return Rejected(
             reason, priority_level=priority_level, flow_schema=flow_schema, retry_after=retry_after
         )
 
     def statistics(self) -> LimiterStatistics:
         """Return a frozen snapshot of every priority level and flow schema (a pure read)."""
-        return self._controller.statistics()
+        return self._core.controller.statistics()
 
     @property
     def adaptive_concurrency(self) -> AdaptiveStatistics | None:
@@ -285,7 +303,8 @@ class Limiter(Shell):
         time and the last latency ratio and sample: a pure read, like :meth:`statistics`
         (whose ``server_concurrency_limit`` is the limit in force).
         """
-        return None if self._adapter is None else self._adapter.statistics()
+        adapter = self._core.adapter
+        return None if adapter is None else adapter.statistics()
 
     def dump(self, *, waiting: bool = True) -> EngineDump:
         """Return a frozen view of every level, queue and waiting or executing request.
@@ -299,13 +318,15 @@ class Limiter(Shell):
                 engine as requests join and leave queues. The metrics scrape so: its cost
                 does not grow with the number of requests waiting.
         """
-        return self._controller.dump(self._clock.now(), waiting=waiting)
+        core = self._core
+        return core.controller.dump(core.clock.now(), waiting=waiting)
 
     def adjust_borrowing(self) -> None:
         """Run one borrowing adjustment now (the periodic schedule is not moved)."""
-        now = self._clock.now()
-        self._scheduler.catch_up(now)
-        self._scheduler.adjust(now)
+        core = self._core
+        now = core.clock.now()
+        core.adjustments.catch_up(now)
+        core.adjustments.adjust(now)
 
     def run_due(self) -> None:
         """Run the work that fell due: borrowing adjustments, and a configuration file check.
@@ -313,9 +334,7 @@ class Limiter(Shell):
         Every admission and release does this on its own, and while requests wait a timer
         does; call it to bring :meth:`statistics` up to date after a quiet spell.
         """
-        now = self._clock.now()
-        if now >= self._scheduler.next_check:
-            self._housekeeping(now)
+        self._core.run_due()
 
     def close(self) -> None:
         """Stop the borrowing timer and the configuration file's checks.
@@ -323,20 +342,21 @@ class Limiter(Shell):
         Requests still release normally, and :meth:`reload` still reads the file on demand.
         A check in flight on the worker thread is waited for (its outcome is dropped).
         """
-        self._scheduler.closed = True
-        self._scheduler.cancel_borrowing_timer()
+        adjustments = self._core.adjustments
+        adjustments.closed = True
+        adjustments.cancel_borrowing_timer()
         if self._reloader is not None:
             self._reloader.close()
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called (a closed limiter still admits requests)."""
-        return self._scheduler.closed
+        return self._core.adjustments.closed
 
     def __repr__(self) -> str:
         parts = [
             f"{level.name}: {level.executing_seats}/{level.current_limit} seats, "
             f"{level.executing_requests} executing, {level.waiting_requests} waiting"
-            for level in self._controller.statistics().priority_levels.values()
+            for level in self._core.controller.statistics().priority_levels.values()
         ]
         return f"<Limiter {'; '.join(parts)}>"

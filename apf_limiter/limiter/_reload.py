@@ -1,9 +1,10 @@
 """Reloading a configuration file when it changes (``Limiter.from_file(..., reload=True)``).
 
-The request path never reads or parses the file. When a check falls due, the housekeeping of
-whichever call came (an admission, a release) starts it on a worker thread, at most one at a
-time, and returns; a later call collects what the check found and applies it, which is engine
-work only (the configuration arrives parsed and validated).
+The request path never reads or parses the file. When a check falls due, the :class:`Reloader`
+(a job of the shell's scheduler) starts it, from whichever call came (an admission, a release),
+on a worker thread, at most one at a time, and returns; a later call collects what the check
+found and applies it, which is the engine's swap only (the configuration arrives parsed,
+validated and with its classifier built).
 
 A check stats the file first. It reads the file only when the stat (device, inode, size,
 modification and change times in nanoseconds) differs from the one whose content was read last,
@@ -26,6 +27,7 @@ so it moves the change time unless the file system's timestamps are coarser than
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from _thread import start_new_thread
@@ -36,13 +38,17 @@ from apf_limiter.engine._classifier import Classifier
 from apf_limiter.limiter._config_file import ConfigFile, Outcome
 from apf_limiter.limiter._scheduler import NEVER, Scheduler
 
+logger = logging.getLogger("apf_limiter")
+
 
 class Reloader:
     """Runs a limiter's file checks on a worker thread, one at a time, and applies what they find.
 
+    A job of the limiter's scheduler, run first: the jobs after it see what it applied.
+
     Args:
         file: The configuration file.
-        scheduler: Keeps when the next check falls due (``next_reload``).
+        scheduler: Runs the job when it falls due.
         apply: Acts on an outcome on the limiter's thread; returns whether a configuration
             was applied.
         prepare: Builds what the engine needs of a new configuration (``Controller.prepare``);
@@ -50,6 +56,7 @@ class Reloader:
 
     Attributes:
         due: When the next check may start.
+        next_run: When the job next runs (to start a check, or collect one in flight).
         closed: Whether :meth:`close` was called: no check starts any more.
     """
 
@@ -63,6 +70,7 @@ class Reloader:
         "_done",
         "_pid",
         "due",
+        "next_run",
         "closed",
     )
 
@@ -84,7 +92,9 @@ class Reloader:
         self._done = False  # set by the worker, read by the limiter's thread without waiting
         self._pid = 0  # the process the worker runs in: a forked child has no such thread
         self.due = NEVER
+        self.next_run = NEVER
         self.closed = False
+        scheduler.add(self, first=True)
 
     @property
     def busy(self) -> bool:
@@ -94,25 +104,32 @@ class Reloader:
     def watch(self, now: float) -> None:
         """Check the file every ``file.interval`` seconds from ``now`` on."""
         self.due = now + self.file.interval
-        self._scheduler.schedule_reload(self.due)
+        self._scheduler.schedule(self, self.due)
+
+    def run(self, now: float) -> None:
+        """The job: :meth:`run_due`, logging what goes wrong (the call it runs in must go on)."""
+        try:
+            self.run_due(now)
+        except Exception:
+            logger.exception("reloading %s failed", self.file.path)
 
     def run_due(self, now: float) -> None:
         """Housekeeping: apply the outcome of a finished check; start the next check when due."""
         scheduler = self._scheduler
         if self._running is not None:
             if not self._done and not self._orphaned():
-                return  # still running: next_reload stays due, the next call looks again
+                return  # still running: next_run stays due, the next call looks again
             outcome = self._collect()
-            scheduler.schedule_reload(self._next_due())  # first: applying may raise
+            scheduler.schedule(self, self._next_due())  # first: applying may raise
             if outcome is not None:
                 self._take(outcome)
             if now < self.due:
                 return
         if self._next_due() == NEVER:
-            scheduler.schedule_reload(NEVER)
+            scheduler.schedule(self, NEVER)
             return
         self.due = now + self.file.interval
-        scheduler.schedule_reload(self.due)  # kept should the thread fail to start
+        scheduler.schedule(self, self.due)  # kept should the thread fail to start
         running = threading.Lock()
         running.acquire()
         self._done = False
@@ -127,7 +144,7 @@ class Reloader:
             self._running = None
             raise
         # Collect the outcome at the next call: a check that finds no change takes a stat.
-        scheduler.schedule_reload(now)
+        scheduler.schedule(self, now)
 
     def reload(self) -> bool:
         """Read the file now on the calling thread and apply it if it changed.
@@ -137,7 +154,7 @@ class Reloader:
         applied = False
         if self._running is not None:
             outcome = self._collect()
-            self._scheduler.schedule_reload(self._next_due())
+            self._scheduler.schedule(self, self._next_due())
             if outcome is not None:
                 applied = self._take(outcome)
         outcome = self._prepared(self.file.check_now())
@@ -156,7 +173,7 @@ class Reloader:
         """Start no more checks; wait for the one in flight and drop its outcome."""
         self.closed = True
         self._collect()
-        self._scheduler.schedule_reload(NEVER)
+        self._scheduler.schedule(self, NEVER)
 
     def _orphaned(self) -> bool:
         # Forked while a check ran: the child has the held lock but not the thread.

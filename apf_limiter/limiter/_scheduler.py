@@ -1,196 +1,99 @@
-"""The shell's timers: borrowing adjustments (with catch-up), lost-loop recovery, final seats.
+"""The shell's periodic work as jobs, and the one scheduler that runs those that fell due.
 
-Borrowing adjustments need no background task. While requests wait in queues a timer runs them
-every ``borrowingPeriod``; otherwise the adjustments that fell due are replayed (exactly, since
-the demand did not change) at the next call into the limiter, by :meth:`Scheduler.catch_up`.
-A timer can be lost with an event loop that ended (a limiter outliving ``asyncio.run``): a timer
-set in another loop, or due and not fired, is replaced, and final seats whose release timer was
-lost come back a period late.
+A limiter runs no background task. Its periodic work (the borrowing adjustments, the
+configuration file's checks, the adaptive limit's updates) rides on the calls that come anyway:
+every admission and release compares ``now`` with :attr:`Scheduler.next_check`, the earliest
+time any job is due, and only when it passed calls :meth:`Scheduler.run_due`. Each job says
+when it is next due (:attr:`Job.next_run`) and what to do then (:meth:`Job.run`); it moves its
+own time with :meth:`Scheduler.schedule`, which keeps ``next_check`` the earliest of them. So a
+new periodic feature is one more job registered with :meth:`Scheduler.add`: neither the request
+path nor this module changes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
-from apf_limiter._clock import Clock, Timer, current_loop
-from apf_limiter.engine._controller import Controller
-from apf_limiter.engine._effects import Effects
-from apf_limiter.engine._request import Request, RequestState
-
-_LINGERING: Final = RequestState.LINGERING
-_MAX_REPLAYED_ADJUSTMENTS: Final = 1000
+#: A time that never comes: the due time of a job with nothing to do.
 NEVER: Final = math.inf
 
 
-class Scheduler:
-    """Runs a limiter's borrowing schedule and its release timers.
-
-    Args:
-        clock: The limiter's clock.
-        controller: The engine.
-        settle: Acts on what an engine call changed (wakes waiters, reports).
-        period: Seconds between borrowing adjustments.
-        now: The current time.
+class Job(Protocol):
+    """A piece of periodic work, run by the :class:`Scheduler` when it falls due.
 
     Attributes:
-        next_adjustment: When the next borrowing adjustment falls due.
-        next_reload: When the next configuration file check falls due (``inf``: never).
-        next_adaptive: When the adaptive limit's next update falls due (``inf``: never).
-        next_check: The earliest of them: the one comparison on the fast path.
-        closed: Whether the limiter was closed (no borrowing timer is set then).
+        next_run: When the job is next due (:data:`NEVER`: not until it schedules itself
+            again). Set it only through :meth:`Scheduler.schedule`, which keeps the fast path's
+            one comparison up to date.
     """
 
-    def __init__(
-        self,
-        clock: Clock,
-        controller: Controller,
-        settle: Callable[[Effects], None],
-        period: float,
-        now: float,
-    ) -> None:
-        self._clock = clock
-        self._controller = controller
-        self._settle = settle
-        self.period = period
-        self.next_adjustment = now + period
-        self.next_reload = NEVER
-        self.next_adaptive = NEVER
-        self.next_check = self.next_adjustment
-        self.closed = False
-        self.borrowing_timer: Timer | None = None
-        self.borrowing_timer_due = NEVER  # the adjustment the borrowing timer was set for
-        # Which arming the borrowing timer belongs to: a replaced timer that fires after all
-        # sees another number and does nothing (no second chain of timers).
-        self.borrowing_timer_arming = 0
-        self.borrowing_timer_loop: object | None = None  # the event loop it was set in
+    next_run: float
 
-    def schedule_adjustment(self, due: float) -> None:
-        """Set when the next adjustment falls due."""
-        self.next_adjustment = due
-        self.next_check = min(due, self.next_reload, self.next_adaptive)
+    def run(self, now: float) -> None:
+        """Do the work that fell due by ``now``, and schedule the next run.
 
-    def schedule_reload(self, due: float) -> None:
-        """Set when the next configuration file check falls due."""
-        self.next_reload = due
-        self.next_check = min(self.next_adjustment, due, self.next_adaptive)
+        It runs inside whichever call into the limiter came due (a release, say): it must
+        not raise for anything but a bug, or that call would fail with it.
+        """
 
-    def schedule_adaptive(self, due: float) -> None:
-        """Set when the adaptive limit's next update falls due (``inf``: never)."""
-        self.next_adaptive = due
-        self.next_check = min(self.next_adjustment, self.next_reload, due)
 
-    def set_period(self, period: float, now: float) -> None:
-        """Take a new borrowing period: the next adjustment is a whole period from now."""
-        if period != self.period:
-            self.period = period
-            self.schedule_adjustment(now + period)
-            self.cancel_borrowing_timer()
+class Scheduler:
+    """Runs a limiter's jobs: those due, in the order they were added, on the next call.
 
-    def adjust(self, now: float) -> None:
-        """Run one borrowing adjustment now and act on it."""
-        self._settle(self._controller.adjust_borrowing(now))
+    Attributes:
+        next_check: The earliest :attr:`Job.next_run` of the jobs: the one comparison on the
+            fast path (:data:`NEVER` without jobs).
+    """
 
-    def catch_up(self, now: float) -> None:
-        """Run the borrowing adjustments that fell due up to ``now``."""
-        if now < self.next_adjustment:
-            return
-        replayed = 0
-        # The schedule moves on before each adjustment runs: an adjustment may finish a
-        # request (one whose task died with its event loop), and that finish's own
-        # housekeeping must find this adjustment done rather than run it a second time.
-        while True:
-            due = self.next_adjustment
-            if due > now:
-                break
-            period = self.period
-            if replayed >= _MAX_REPLAYED_ADJUSTMENTS:
-                # A long idle stretch: the smoothed demand has long decayed; resume on the grid.
-                self.schedule_adjustment(due + period * math.ceil((now - due) / period + 1e-9))
-                self.adjust(now)
-                break
-            self.schedule_adjustment(due + period)
-            # Nothing changed since the last event, so adjusting "late" at the due time is
-            # exactly what a timer would have done.
-            self.adjust(due)
-            replayed += 1
-        # Seats whose additional latency ended a whole period ago: their timers were lost
-        # with an event loop that has ended (a limiter outliving asyncio.run).
-        self._release_lost_lingering(now - self.period)
+    __slots__ = ("_jobs", "next_check")
 
-    def _release_lost_lingering(self, overdue: float) -> None:
-        """Release the final seats that were due back by ``overdue`` (their timers are lost)."""
-        now = self._clock.now()
-        for request in self._controller.overdue_lingering(overdue):
-            self._settle(self._controller.release(request, now))
+    def __init__(self) -> None:
+        self._jobs: list[Job] = []
+        self.next_check = NEVER
 
-    def arm_borrowing_timer(self, now: float) -> None:
-        """Make sure a timer runs the next adjustment while requests wait."""
-        timer = self.borrowing_timer
-        loop = current_loop()
-        if timer is not None:
-            if loop is None or (
-                now < self.borrowing_timer_due and loop is self.borrowing_timer_loop
-            ):
-                # Kept: set in this loop and not yet due; or called from synchronous code,
-                # where no timer could be set to replace it.
-                return
-            # Set in another event loop, which may have ended (a limiter outliving
-            # asyncio.run) and taken the timer with it; or due and not fired: lost the same
-            # way, or late on a busy loop. The caller has run the adjustments due
-            # (catch_up), so set a timer for the next one in the running loop; the old one
-            # does nothing should it fire after all.
-            self.cancel_borrowing_timer()
-        # A closed limiter runs no borrowing timer; its adjustments are replayed at the next
-        # call into it, as when no request waits.
-        if not self.closed and self._controller.waiting_requests:
-            self.borrowing_timer_arming = arming = self.borrowing_timer_arming + 1
-            self.borrowing_timer = self._clock.call_later(
-                self.next_adjustment - now, self._on_borrowing_timer, arming
-            )
-            self.borrowing_timer_due = self.next_adjustment
-            self.borrowing_timer_loop = loop
+    @property
+    def jobs(self) -> tuple[Job, ...]:
+        """The jobs, in the order they run when several are due."""
+        return tuple(self._jobs)
 
-    def _on_borrowing_timer(self, arming: int) -> None:
-        if arming != self.borrowing_timer_arming or self.borrowing_timer is None:
-            return  # replaced (given up for lost) or cancelled: another timer, or none, runs
-        due = self.borrowing_timer_due
-        self.borrowing_timer = None
-        self.borrowing_timer_due = NEVER
-        self.borrowing_timer_loop = None
-        now = self._clock.now()
-        # The timer was set for an adjustment, so that one is due, even when the clock reads a
-        # hair before it (a FakeClock rounds delays to whole nanoseconds; asyncio fires timers
-        # within its clock resolution): otherwise it would re-arm itself for ~0 s, forever.
-        # Not any later one: a call may have run this adjustment already.
-        self.catch_up(max(now, due) if due != NEVER else now)
-        self.arm_borrowing_timer(now)
+    def add(self, job: Job, *, first: bool = False) -> None:
+        """Register ``job``, due at its ``next_run``; ``first``: it runs before the others.
 
-    def cancel_borrowing_timer(self) -> None:
-        """Stop the borrowing timer, if one is set."""
-        if self.borrowing_timer is not None:
-            self.borrowing_timer.cancel()
-            self.borrowing_timer = None
-            self.borrowing_timer_due = NEVER
-            self.borrowing_timer_loop = None
+        A job that changes what the others work with (a new configuration) comes first, so
+        that what runs after it in the same call runs under the change.
+        """
+        if first:
+            self._jobs.insert(0, job)
+        else:
+            self._jobs.append(job)
+        self._refresh()
 
-    def arm_release(self, request: Request) -> None:
-        """Set the timer that gives a lingering request's final seats back."""
-        try:
-            self._clock.call_later(request.additional_latency, self._release, request)
-        except RuntimeError:
-            if current_loop() is not None:
-                raise
-            # Finished outside any event loop (a request whose task died with its loop,
-            # finished by a call from synchronous code): no timer can be set. The first
-            # borrowing adjustment a period after release_at gives the seats back
-            # (_release_lost_lingering), as for a timer lost with its loop.
+    def remove(self, job: Job) -> None:
+        """Unregister ``job`` (it is not run again)."""
+        self._jobs.remove(job)
+        self._refresh()
 
-    def _release(self, request: Request) -> None:
-        if request.state is not _LINGERING:
-            return  # released already, its timer given up for lost (_release_lost_lingering)
-        now = self._clock.now()
-        self.catch_up(now)
-        if request.state is _LINGERING:  # the catch-up may have released it, a period late
-            self._settle(self._controller.release(request, now))
+    def schedule(self, job: Job, due: float) -> None:
+        """Set when ``job`` is next due (:data:`NEVER`: not on its own)."""
+        job.next_run = due
+        self._refresh()
+
+    def run_due(self, now: float) -> None:
+        """Run every job due by ``now``, in order.
+
+        Each job is looked at once, after the ones before it ran: a job that the one before
+        made due (or not due) is run (or not) accordingly.
+        """
+        jobs = self._jobs
+        for job in tuple(jobs):
+            if now >= job.next_run and job in jobs:  # not removed by a job before it
+                job.run(now)
+
+    def _refresh(self) -> None:
+        next_check = NEVER
+        for job in self._jobs:
+            due = job.next_run
+            if due < next_check:
+                next_check = due
+        self.next_check = next_check

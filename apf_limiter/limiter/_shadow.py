@@ -11,22 +11,24 @@ with service times that do not depend on load, the twin sees the very waits, rej
 Retry-After values that enforcing would have produced.
 
 A twin that outlives its real request (still queued, or still "executing" its copy of the
-real execution time) is counted against the limiter's ``max_shadow_twins``; past it, a new
-one is dropped (left out of its queue, or finished at once) and reported as ``dropped``. What
-a twin keeps alive is bounded anyway: the engine holds at most its queues' capacity plus the
-levels' seats; the cap bounds how many finished real requests stay referenced by twins.
+real execution time) is counted by the limiter's :class:`Twins` against its
+``max_shadow_twins``; past it, a new one is dropped (left out of its queue, or finished at
+once) and reported as ``dropped``. What a twin keeps alive is bounded anyway: the engine
+holds at most its queues' capacity plus the levels' seats; the cap bounds how many finished
+real requests stay referenced by twins.
+
+A twin runs on the request path as a waiting request does: what it calls of it is
+:class:`TwinHost`, which the shell's core implements.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-from apf_limiter._clock import Timer
+from apf_limiter._clock import Clock, Timer, Wakeable
 from apf_limiter.engine._request import Request, RequestState
-
-if TYPE_CHECKING:
-    from apf_limiter.limiter._shell import Shell
+from apf_limiter.limiter._reporter import Reporter
 
 _EXECUTING: Final = RequestState.EXECUTING
 _WAITING: Final = RequestState.WAITING
@@ -63,6 +65,76 @@ class ShadowOutcome:
 ADMITTED_AT_ONCE: Final = ShadowOutcome(True, 0.0)
 _PENDING: Final = ShadowOutcome(False)
 
+#: In shadow mode, the virtual twins that may outlive their requests at once, by default.
+DEFAULT_MAX_SHADOW_TWINS: Final = 10_000
+
+
+class TwinHost(Protocol):
+    """What a twin calls of the request path (the shell's core): a waiting request's calls.
+
+    Attributes:
+        clock: The limiter's clock.
+        reporter: The limiter's observer events and logs.
+    """
+
+    clock: Clock
+    reporter: Reporter
+
+    def queue(self, request: Request, wait_limit: float | None, handle: Wakeable) -> Timer:
+        """Set up a waiting request's waiter (``handle``) and wait-limit timer."""
+        ...
+
+    def run_due(self) -> float:
+        """Run the periodic work that fell due; the current time."""
+        ...
+
+    def finish(self, request: Request, *, ran: bool = True, report: bool = True) -> None:
+        """End an executing request (``report=False``: without telling the observer)."""
+        ...
+
+    def withdraw(self, request: Request, now: float) -> None:
+        """Take a waiting request out of its queue, without telling the observer."""
+        ...
+
+
+class Twins:
+    """A limiter's shadow twins: what they run on, and how many outlive their requests.
+
+    Args:
+        host: The request path the twins run on.
+        limit: How many twins may outlive their requests at once (``max_shadow_twins``).
+
+    Attributes:
+        outliving: How many twins outlive their requests now.
+
+    Raises:
+        ValueError: If ``limit`` is not a non-negative integer.
+    """
+
+    __slots__ = ("host", "limit", "outliving")
+
+    def __init__(self, host: TwinHost, limit: int = DEFAULT_MAX_SHADOW_TWINS) -> None:
+        if type(limit) is not int or limit < 0:
+            raise ValueError(f"max_shadow_twins must be a non-negative integer, got {limit!r}")
+        self.host = host
+        self.limit = limit
+        self.outliving = 0
+
+    def start(self, request: Request, wait_limit: float | None) -> Twin:
+        """The twin of a shadow-mode request the engine did not dispatch at arrival."""
+        return Twin(self, request, wait_limit)
+
+    def outlive(self) -> bool:
+        """Count one more twin outliving its request; ``False`` (not counted) at the cap."""
+        if self.outliving >= self.limit:
+            return False
+        self.outliving += 1
+        return True
+
+    def outlived(self) -> None:
+        """A twin that outlived its request has ended."""
+        self.outliving -= 1
+
 
 class Twin:
     """The virtual twin of a shadow-mode request the engine did not dispatch at arrival.
@@ -71,15 +143,25 @@ class Twin:
     and wait-limit paths call :meth:`set` as they would wake a waiting task.
 
     Args:
-        shell: The limiter.
+        twins: The limiter's twins (what they run on, how many outlive their requests).
         request: The engine request, waiting in its queue or rejected on arrival.
         wait_limit: The queue wait limit (``None``: the configuration's).
     """
 
-    __slots__ = ("_shell", "request", "outcome", "_timer", "_duration", "_ran", "_outliving")
+    __slots__ = (
+        "_twins",
+        "_host",
+        "request",
+        "outcome",
+        "_timer",
+        "_duration",
+        "_ran",
+        "_outliving",
+    )
 
-    def __init__(self, shell: Shell, request: Request, wait_limit: float | None) -> None:
-        self._shell = shell
+    def __init__(self, twins: Twins, request: Request, wait_limit: float | None) -> None:
+        self._twins = twins
+        self._host = host = twins.host
         self.request = request
         self._timer: Timer | None = None
         self._duration = -1.0  # the real execution time, once the real request ended
@@ -87,10 +169,10 @@ class Twin:
         self._outliving = False
         if request.state is _WAITING:
             self.outcome = _PENDING
-            self._timer = shell._queue(request, wait_limit, self)
+            self._timer = host.queue(request, wait_limit, self)
         else:
             self._decide(ShadowOutcome(True, None, request.reject_reason, request.retry_after))
-        shell._reporter.dispatched(request, 0.0, False)  # the real request runs at once
+        host.reporter.dispatched(request, 0.0, False)  # the real request runs at once
 
     def set(self) -> bool:
         """The engine dispatched the twin, or its wait limit passed: record the outcome."""
@@ -109,13 +191,12 @@ class Twin:
 
     def real_ended(self, ran: bool) -> None:
         """The real request ended: report it; the twin runs as long, from its own start."""
-        shell = self._shell
-        now = shell._now()
-        if now >= shell._scheduler.next_check:
-            shell._housekeeping(now)
+        host = self._host
+        now = host.run_due()
         request = self.request
-        if shell._reporter.observer is not None:
-            shell._reporter.notify(
+        reporter = host.reporter
+        if reporter.observer is not None:
+            reporter.notify(
                 "request_finished",
                 request.priority_level,
                 request.flow_schema,
@@ -124,11 +205,10 @@ class Twin:
         state = request.state
         if state is not _WAITING and state is not _EXECUTING:
             return  # rejected or timed out: nothing holds seats
-        if shell._outliving_twins >= shell._max_shadow_twins:
+        if not self._twins.outlive():
             self._drop(now)
             return
         self._outliving = True
-        shell._outliving_twins += 1
         self._duration = now - request.arrival_time
         self._ran = ran
         if state is _EXECUTING:
@@ -136,29 +216,29 @@ class Twin:
             self._run_for(request.start_time + self._duration - now)
 
     def _run_for(self, seconds: float) -> None:
-        self._shell._clock.call_later(seconds if seconds > 0.0 else 0.0, self._finish)
+        self._host.clock.call_later(seconds if seconds > 0.0 else 0.0, self._finish)
 
     def _finish(self) -> None:
         request = self.request
         if request.state is _EXECUTING:
-            self._shell._finish(request, ran=self._ran, report=False)
+            self._host.finish(request, ran=self._ran, report=False)
         self._outlived()
 
     def _drop(self, now: float) -> None:
         """Over the cap: take the twin out of its queue, or end it now, and report it."""
-        shell = self._shell
+        host = self._host
         request = self.request
         self._stop_timer()
         if request.state is _WAITING:
             self._decide(ShadowOutcome(False, None, "dropped"))
-            shell._settle(shell._controller.cancel(request, now, timed_out=False))
+            host.withdraw(request, now)
         else:
-            shell._finish(request, report=False)
-            shell._reporter.shadowed(request, None, "dropped")
+            host.finish(request, report=False)
+            host.reporter.shadowed(request, None, "dropped")
 
     def _decide(self, outcome: ShadowOutcome) -> None:
         self.outcome = outcome
-        self._shell._reporter.shadowed(self.request, outcome.queue_wait, outcome.reject_reason)
+        self._host.reporter.shadowed(self.request, outcome.queue_wait, outcome.reject_reason)
 
     def _stop_timer(self) -> None:
         timer = self._timer
@@ -169,7 +249,7 @@ class Twin:
     def _outlived(self) -> None:
         if self._outliving:
             self._outliving = False
-            self._shell._outliving_twins -= 1
+            self._twins.outlived()
 
     def __repr__(self) -> str:
         state: Any = self.request.state.name.lower()

@@ -158,9 +158,9 @@ def test_catch_all_given_in_the_configuration_matches_before_a_later_named_schem
     alice = RequestDigest(user="alice", groups=("system:authenticated",))
     loaded = load_config({"priorityLevels": [level], "flowSchemas": [late]})
     assert loaded.imagined_flow_schemas == ("exempt", "catch-all")
-    assert Limiter(loaded, hash_seed=0)._controller.classifier.classify(alice).flow_schema.name == (
-        "zzz"
-    )
+    assert Limiter(loaded, hash_seed=0)._core.controller.classifier.classify(
+        alice
+    ).flow_schema.name == ("zzz")
     # Equal configurations classify alike: a dump leaves the imagined catch-all out and
     # loading adds it again; a copy keeps the record of what was imagined.
     for again in (load_config(dump_config(loaded)), copy.deepcopy(loaded)):

@@ -133,7 +133,7 @@ async def test_unrun_and_exempt_requests_are_not_sampled() -> None:
         assert admission.start()
         await clock.advance(0.5)
         admission.release(ran=digest is not DIGEST)  # exempt ran; ours never did
-    adapter = limiter._adapter
+    adapter = limiter._core.adapter
     assert adapter is not None and adapter.learned._levels == {}
     admission = limiter.admit(DIGEST)
     assert admission.start()
@@ -166,7 +166,7 @@ def test_a_failing_update_is_logged_and_keeps_the_limit(caplog: pytest.LogCaptur
         pytest.skip("a compiled Adapter checks its arguments' types before the guard")
     clock = FakeClock()
     limiter = Limiter(_config(), clock=clock)
-    adapter = limiter._adapter
+    adapter = limiter._core.adapter
     assert adapter is not None
 
     class Broken:

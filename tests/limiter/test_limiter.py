@@ -704,7 +704,7 @@ async def test_a_time_out_just_before_a_cancellation_is_still_reported() -> None
     await _settle()
     request = admission._request
     assert request is not None
-    limiter._on_wait_limit(request)  # the wait limit passes ...
+    limiter._core._on_wait_limit(request)  # the wait limit passes ...
     waiting.cancel()  # ... and the client goes away, before the waiting task resumes
     await _settle()
     assert waiting.cancelled()

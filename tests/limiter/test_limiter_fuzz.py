@@ -438,7 +438,7 @@ class Fuzzer:
             rec.wait_limit if rec.wait_limit is not None else self.limiter.config.request_wait_limit
         )
         timers_before = len(self.clock._timers)
-        adjustments_due = self.clock.now() >= self.limiter._scheduler.next_check
+        adjustments_due = self.clock.now() >= self.limiter._core.scheduler.next_check
         try:
             ok = rec.adm.start()
         except Rejected as exc:
@@ -640,7 +640,7 @@ class Fuzzer:
         limiter = self.limiter
         now = self.clock.now()
         stats = limiter.statistics()
-        controller = limiter._controller
+        controller = limiter._core.controller
         requests = [r.request for r in self.recs if r.request is not None]
         for name, state in controller.levels.items():
             qs = state.queue_set
@@ -716,14 +716,15 @@ class Fuzzer:
                     f"heads {[(r.max_seats) for r in cands]}"
                 )
         # while requests wait, a borrowing timer is pending for the next adjustment
-        if controller.waiting_requests and not limiter._scheduler.closed:
-            timer: Any = limiter._scheduler.borrowing_timer  # a FakeClock timer: it has .cancelled
+        adjustments = limiter._core.adjustments
+        if controller.waiting_requests and not adjustments.closed:
+            timer: Any = adjustments.borrowing_timer  # a FakeClock timer: it has .cancelled
             assert timer is not None and not timer.cancelled, "requests wait, no borrowing timer"
-            assert limiter._scheduler.borrowing_timer_due == limiter._scheduler.next_adjustment, (
-                limiter._scheduler.borrowing_timer_due,
-                limiter._scheduler.next_adjustment,
+            assert adjustments.borrowing_timer_due == adjustments.next_run, (
+                adjustments.borrowing_timer_due,
+                adjustments.next_run,
             )
-            assert limiter._scheduler.next_adjustment > now - EPS
+            assert adjustments.next_run > now - EPS
         # the plan: nominal, lendable, borrowing limits as documented
 
         scl = limiter.config.server_concurrency_limit
@@ -750,20 +751,20 @@ class Fuzzer:
             if t.cancelled:
                 continue
             cb = t.callback
-            if cb == limiter._wait_limit_callback:
+            if cb == limiter._core._wait_limit_callback:
                 kind = "wait"
                 req = t.args[0]
                 assert req.state in (S.WAITING, S.EXECUTING, S.LINGERING, S.DONE), (
                     "wait timer of",
                     req,
                 )
-            elif cb == limiter._scheduler._release:
+            elif cb == limiter._core.adjustments._release:
                 kind = "release"
                 assert t.args[0].state is S.LINGERING, ("release timer of", t.args[0])
-            elif cb == limiter._scheduler._on_borrowing_timer:
+            elif cb == limiter._core.adjustments._on_borrowing_timer:
                 kind = (
                     "borrowing"
-                    if t.args[0] == limiter._scheduler.borrowing_timer_arming
+                    if t.args[0] == limiter._core.adjustments.borrowing_timer_arming
                     else "stale"
                 )
             else:

@@ -260,7 +260,7 @@ async def test_a_time_out_reported_by_release_is_not_reported_again_by_the_waite
     await asyncio.sleep(0)
     request = queued._request
     assert request is not None
-    limiter._on_wait_limit(request)  # the timer, as the event loop would run it
+    limiter._core._on_wait_limit(request)  # the timer, as the event loop would run it
     queued.release()  # before the waiting task resumes
     with pytest.raises(Rejected):
         await waiting
@@ -426,7 +426,7 @@ async def test_a_synchronous_reconfigure_keeps_the_pending_borrowing_timer() -> 
 
     await asyncio.get_running_loop().run_in_executor(None, reconfigure_without_a_loop)
     assert len(_borrowing_timers(clock)) == armed  # no new timer, the old one kept
-    assert limiter._scheduler.borrowing_timer is not None
+    assert limiter._core.adjustments.borrowing_timer is not None
     queued.release()
     holder.release()
 

@@ -505,7 +505,7 @@ async def test_a_check_moves_the_next_check_on(tmp_path: Path) -> None:
     limiter._reloader.wait()  # type: ignore[union-attr]
     async with limiter.admit(RequestDigest(user="u")):
         pass
-    assert limiter._scheduler.next_check == pytest.approx(2.5)
+    assert limiter._core.scheduler.next_check == pytest.approx(2.5)
 
 
 def test_reload_needs_a_file() -> None:

@@ -147,4 +147,4 @@ async def test_the_classifier_is_built_on_the_worker_thread(tmp_path: Path) -> N
     assert built is not None  # built by the worker, before any call of the limiter's
     limiter.run_due()  # applies it
     assert recorder.applied == [5]
-    assert limiter._controller.classifier is built  # used as built, not built again
+    assert limiter._core.controller.classifier is built  # used as built, not built again

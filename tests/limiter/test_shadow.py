@@ -131,11 +131,11 @@ async def test_twins_that_outlive_their_requests_are_capped_and_counted() -> Non
     assert [a.shadow for a in quick[2:]] == [ShadowOutcome(False, None, "dropped")] * 3
     dropped = [e for e in recorder.events if e[0] == "shadowed" and e[3] == "dropped"]
     assert len(dropped) == 3
-    assert limiter._outliving_twins == 2
+    assert limiter._core.twins.outliving == 2
     holder.release()
     await clock.run_until_idle()
     assert [a.shadow.decided for a in quick[:2]] == [True, True]  # type: ignore[union-attr]
-    assert limiter._outliving_twins == 0
+    assert limiter._core.twins.outliving == 0
     assert limiter.statistics().priority_levels["test"].executing_requests == 0
     with pytest.raises(ValueError, match="max_shadow_twins"):
         Limiter(_config(), max_shadow_twins=-1)
