@@ -118,12 +118,14 @@ TESTING_CONTRACT = ["FakeClock"]
 GATE_CONTRACT = [
     "BODY",
     "BodyClock",
+    "ClientDeadlines",
     "DEADLINE",
     "EVERY_SCHEMA",
     "Gate",
     "LONG_RUNNING_RETRY_AFTER",
     "SlowClients",
     "Ticket",
+    "header_timeout",
     "seconds_value",
     "shadow_value",
 ]

@@ -32,7 +32,7 @@ from apf_limiter.aiohttp._responses import Headers, client_gone, expired, reject
 from apf_limiter.aiohttp._waiting import DISCONNECT_POLL, wait_watching_disconnect
 from apf_limiter.asgi import Identity, ResponseHeaders, RouteOptions
 from apf_limiter.asgi._options import MARKED_ENDPOINTS, ROUTE_OPTIONS_ATTRIBUTE
-from apf_limiter.gate import Gate, SlowClients, Ticket
+from apf_limiter.gate import ClientDeadlines, Gate, SlowClients, Ticket, header_timeout
 from apf_limiter.limiter import Limiter
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ LongRunningHook = Callable[[web.Request], "bool | None"]
 RejectHook = Callable[[web.Request, Rejected], web.StreamResponse]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+_INF: Final = float("inf")
 _ANONYMOUS_GROUPS: Final[tuple[str, ...]] = (UNAUTHENTICATED_GROUP,)
 # The request's ticket, for the on_response_prepare hook; then the response it saw start.
 _KEY: Final = web.RequestKey("apf_limiter.ticket", object)
@@ -79,6 +80,9 @@ class AiohttpMiddleware:
             each schema not named); one more is answered 429 (``long-running-limit``).
         disconnect_poll: Seconds between two looks at a queued request's connection, when
             the server's ``handler_cancellation`` is off.
+        client_deadlines: Queues that respect client deadlines (``None``: off, Kubernetes'
+            behaviour): a request waits in its queue no longer than its client's timeout
+            header, or its route's request timeout, says.
 
     Attributes:
         gate: The request gate this middleware maps aiohttp onto.
@@ -103,6 +107,7 @@ class AiohttpMiddleware:
         slow_clients: SlowClients | None = None,
         max_long_running: Mapping[str, int] | None = None,
         disconnect_poll: float = DISCONNECT_POLL,
+        client_deadlines: ClientDeadlines | None = None,
     ) -> None:
         if limiter is not None and config is not None:
             raise ValueError("give the aiohttp middleware a limiter or a config, not both")
@@ -121,6 +126,9 @@ class AiohttpMiddleware:
         self._on_reject = on_reject
         self._headers = Headers(headers if headers is not None else ResponseHeaders(None, None))
         self._poll = float(disconnect_poll)
+        if client_deadlines is not None and not isinstance(client_deadlines, ClientDeadlines):
+            raise TypeError(f"client_deadlines must be a ClientDeadlines, got {client_deadlines!r}")
+        self._client_deadlines = client_deadlines
 
     @property
     def limiter(self) -> Limiter:
@@ -144,8 +152,16 @@ class AiohttpMiddleware:
             long_running = options.long_running if options is not None else False
             long_running = long_running or "Upgrade" in request.headers  # a WebSocket
         timeout = options.request_timeout if options is not None else None
+        deadlines = self._client_deadlines
+        client: float | None = None
+        if deadlines is not None:
+            told = None
+            if deadlines.header is not None:
+                told = header_timeout(request.headers.get(deadlines.header))
+            own = timeout if deadlines.request_timeout else _INF
+            client = self.gate.client_wait(own, told)
         try:
-            ticket = self.gate.start(digest, long_running, timeout)  # never waits
+            ticket = self.gate.start(digest, long_running, timeout, client)  # never waits
         except Rejected as rejected:
             return self._reject(request, rejected)
         error: BaseException | None = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from apf_limiter._errors import Rejected
 from apf_limiter._warn_once import WarnOnce
@@ -55,11 +55,13 @@ from apf_limiter.asgi._waiting import (
     headers_say_body,
     wait_watching_disconnect,
 )
-from apf_limiter.gate import BODY, Gate, SlowClients, Ticket
+from apf_limiter.gate import BODY, ClientDeadlines, Gate, SlowClients, Ticket, header_timeout
 from apf_limiter.limiter import Limiter
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
+
+_INF: Final = float("inf")
 
 
 class APFMiddleware:
@@ -88,6 +90,9 @@ class APFMiddleware:
             schema not named); one more is answered 429 (``long-running-limit``). ``None``: none.
         body: Request body kept while requests wait in a queue.
         debug: Serve the debug endpoints (``None``: not served).
+        client_deadlines: Queues that respect client deadlines (``None``: off, Kubernetes'
+            behaviour): a request waits in its queue no longer than its client's timeout
+            header, or its route's request timeout, says.
         **legacy: The keyword arguments of earlier releases (``identify=``,
             ``flow_schema_header=``, ``request_timeout=``, ...), folded into the values above.
 
@@ -114,6 +119,7 @@ class APFMiddleware:
         max_long_running: Mapping[str, int] | None = None,
         body: BodyBuffer | None = None,
         debug: DebugEndpoints | None = None,
+        client_deadlines: ClientDeadlines | None = None,
         **legacy: Any,
     ) -> None:
         if limiter is not None and config is not None:
@@ -143,6 +149,14 @@ class APFMiddleware:
             max_long_running=max_long_running,
         )
         self._start = self._gate.start  # bound once: every request calls it
+        if client_deadlines is not None and not isinstance(client_deadlines, ClientDeadlines):
+            raise TypeError(f"client_deadlines must be a ClientDeadlines, got {client_deadlines!r}")
+        self._client_deadlines = client_deadlines
+        self._deadline_header = (
+            None
+            if client_deadlines is None or client_deadlines.header is None
+            else client_deadlines.header.lower().encode("ascii")
+        )
         # Wiring mistakes seen in requests, each warned about once (apf_limiter.asgi._mistakes).
         self._warn = WarnOnce()
         identify = hooks.identify
@@ -195,7 +209,12 @@ class APFMiddleware:
             classified = await classified  # a hook returned an awaitable
         digest, long_running, timeout, source = classified
         try:
-            ticket = self._start(digest, long_running, timeout)  # never waits
+            if self._client_deadlines is None:  # the option's whole cost when off
+                ticket = self._start(digest, long_running, timeout)  # never waits
+            else:
+                ticket = self._start(
+                    digest, long_running, timeout, self._client_deadline(scope, timeout)
+                )
         except Rejected as rejected:
             await self._reject(scope, receive, send, rejected)
             return
@@ -271,6 +290,20 @@ class APFMiddleware:
             await self._send_expired(scope, send, ticket)
         # Expired after the response started: it ends unfinished, the server closes the
         # connection (there is no other way to abort a response in ASGI).
+
+    def _client_deadline(self, scope: Scope, timeout: float | None) -> float | None:
+        """Seconds the client still waits: its timeout header, its route's timeout."""
+        options = self._client_deadlines
+        assert options is not None
+        header = self._deadline_header
+        told: float | None = None
+        if header is not None:
+            for name, value in scope.get("headers") or ():
+                if name == header:
+                    told = header_timeout(value)
+                    break  # the first only: bounded work whatever the client sends
+        own = timeout if options.request_timeout else _INF
+        return self._gate.client_wait(own, told)
 
     async def _send_expired(self, scope: Scope, send: Send, ticket: Ticket) -> None:
         headers = self._headers.headers(ticket.flow_schema, ticket.priority_level)

@@ -35,18 +35,20 @@ See ``docs/gate.md``.
 from apf_limiter.gate._gate import Gate
 from apf_limiter.gate._long_running import EVERY_SCHEMA, LONG_RUNNING_RETRY_AFTER
 from apf_limiter.gate._metadata import seconds_value, shadow_value
-from apf_limiter.gate._options import SlowClients
+from apf_limiter.gate._options import ClientDeadlines, SlowClients, header_timeout
 from apf_limiter.gate._ticket import BODY, DEADLINE, BodyClock, Ticket
 
 __all__ = [
     "BODY",
     "BodyClock",
+    "ClientDeadlines",
     "DEADLINE",
     "EVERY_SCHEMA",
     "Gate",
     "LONG_RUNNING_RETRY_AFTER",
     "SlowClients",
     "Ticket",
+    "header_timeout",
     "seconds_value",
     "shadow_value",
 ]

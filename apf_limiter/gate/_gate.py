@@ -95,6 +95,7 @@ class Gate(Deadlines):
         digest: RequestDigest,
         long_running: bool = False,
         request_timeout: float | None = None,
+        client_deadline: float | None = None,
     ) -> Ticket:
         """Start one request: count it, admit or queue it, track its deadline. Never waits.
 
@@ -106,6 +107,10 @@ class Gate(Deadlines):
                 starts (streams, watches, WebSockets).
             request_timeout: Its own deadline in seconds (``math.inf``: none); ``None`` keeps
                 the gate's (by priority level, else the default).
+            client_deadline: Seconds its client still waits for the answer (a gRPC call's
+                remaining time, a timeout header; see :meth:`client_wait`), or ``None``:
+                unknown. When shorter than the wait limit, it is this request's wait limit:
+                its wait ends as a ``time-out`` rejection no later than its client gives up.
 
         Returns:
             Its ticket: ``ticket.admitted`` says whether it holds its seats already.
@@ -124,7 +129,13 @@ class Gate(Deadlines):
                 if isinstance(entered, Rejected):
                     raise entered
                 counted = entered
-        admission = Admission(self._limiter, digest, self._wait_limit)
+        wait_limit = self._wait_limit
+        bound = _INF
+        if client_deadline is not None:  # the one test the option costs when off
+            bound = self._bound(client_deadline)
+            if bound != _INF:
+                wait_limit = bound
+        admission = Admission(self._limiter, digest, wait_limit)
         try:
             admitted = admission.start()  # never waits: the fast path ends here
         except BaseException:
@@ -175,6 +186,33 @@ class Gate(Deadlines):
             if deadline < self._timer_at:
                 self._arm(deadline, now)
         return ticket
+
+    def _bound(self, client_deadline: float) -> float:
+        """The wait limit a client deadline sets, or ``math.inf`` if not shorter than the gate's."""
+        limit = self._wait_limit
+        if limit is None:
+            limit = self._limiter.config.request_wait_limit  # read now: a reload may change it
+        if not client_deadline < limit:  # NaN too: no usable deadline
+            return _INF
+        return client_deadline if client_deadline > 0.0 else 0.0
+
+    def client_wait(self, request_timeout: float | None, *remaining: float | None) -> float | None:
+        """A request's client deadline for :meth:`start`: the shortest of those known.
+
+        Args:
+            request_timeout: The request's own deadline (a route's), or ``None`` for the
+                gate's default; ``math.inf``: none.
+            *remaining: Seconds the client still waits, from each source the front door
+                reads (``None``: not told).
+
+        Returns:
+            The shortest, or ``None`` if none is known.
+        """
+        shortest = self._default if request_timeout is None else request_timeout
+        for seconds in remaining:
+            if seconds is not None and seconds < shortest:
+                shortest = seconds
+        return None if shortest == _INF else shortest
 
     def leave(self, schema: str) -> None:
         """Count a long-running request out of its flow schema's cap (``Ticket.end`` does)."""

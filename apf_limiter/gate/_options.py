@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from apf_limiter._checks import check_timeout, deadline_seconds
 
@@ -48,3 +49,64 @@ class SlowClients:
             name: deadline_seconds("request_timeout_by_level", timeout)
             for name, timeout in (self.by_level or {}).items()
         }
+
+
+#: The longest client timeout read from a header, in digits: 10 (about 115 days in
+#: milliseconds). Longer values are ignored, so parsing stays bounded.
+MAX_TIMEOUT_DIGITS: Final = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDeadlines:
+    """Queues that respect client deadlines (opt-in): no queue wait outlasts its client.
+
+    A request whose client deadline is known waits in its queue no longer than that: when
+    the deadline is shorter than the wait limit (``requestWaitLimit``), it takes its place for
+    that one request, and the wait ends as the engine's own ``time-out`` rejection (HTTP 429
+    with ``Retry-After``; gRPC ``RESOURCE_EXHAUSTED`` with its pushback). Such a request is
+    never dispatched after its client has given up. gRPC's deadline (``grpc-timeout``) is read
+    by the gRPC interceptor itself.
+
+    Attributes:
+        header: A request header holding the client's timeout in whole milliseconds, e.g.
+            Envoy's ``x-envoy-expected-rq-timeout-ms``; ``None``: none is read. A value that
+            is not 1 to 10 ASCII digits (or is 0) is ignored, without an error.
+        request_timeout: The request's own deadline (its route's ``request_timeout``, else the
+            front door's default) bounds its queue wait too.
+
+    Raises:
+        ValueError: If ``header`` is not a valid header name.
+    """
+
+    header: str | None = None
+    request_timeout: bool = True
+
+    def __post_init__(self) -> None:
+        header = self.header
+        if header is not None and (
+            not isinstance(header, str)
+            or not 0 < len(header) <= 256
+            or not header.isascii()
+            or any(c not in _TOKEN for c in header)
+        ):
+            raise ValueError(f"ClientDeadlines.header must be a header name, got {header!r}")
+
+
+_TOKEN: Final = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+
+
+def header_timeout(value: str | bytes | None) -> float | None:
+    """A client timeout header's value, in seconds; ``None`` if absent or not usable.
+
+    The value is hostile input: anything but 1 to :data:`MAX_TIMEOUT_DIGITS` ASCII digits
+    (surrounding spaces allowed), and 0 (no timeout, as Envoy means it), is ignored.
+    """
+    if value is None or len(value) > MAX_TIMEOUT_DIGITS + 8:
+        return None
+    text = value.strip()
+    if not 0 < len(text) <= MAX_TIMEOUT_DIGITS or not text.isdigit() or not text.isascii():
+        return None
+    milliseconds = int(text)
+    return milliseconds / 1000.0 if milliseconds else None

@@ -3,7 +3,7 @@
 This module maps gRPC onto the request gate (:mod:`apf_limiter.gate`), which implements the
 life of a request once. Per call: classify it from its context
 (:mod:`apf_limiter.grpc._call`), start it through the gate (never waits), wait in a queue
-only if it must (bounded by the call's own deadline as well as the wait limit), run the
+only if it must (no longer than the call's own deadline: :class:`ClientDeadlines`), run the
 handler holding the seats, and end the ticket however the call ends. A refusal is
 ``RESOURCE_EXHAUSTED`` with ``grpc-retry-pushback-ms`` in the trailing metadata; a request
 deadline that passes (``request_timeout``) is ``DEADLINE_EXCEEDED``. A call cancelled while it
@@ -13,7 +13,6 @@ then gives up its place and holds nothing.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias
 import grpc
 
 from apf_limiter._errors import Rejected
-from apf_limiter.gate import Gate, SlowClients, Ticket
+from apf_limiter.gate import ClientDeadlines, Gate, SlowClients, Ticket
 from apf_limiter.grpc._call import (
     FLOW_SCHEMA_KEY,
     PRIORITY_LEVEL_KEY,
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+_INF: Final = float("inf")
 _MAX_METHODS: Final = 4096  # wrapped handlers kept: a catch-all generic handler serves any name
 
 
@@ -59,14 +59,18 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
             response stream served by an async generator; otherwise as the handler starts),
             and their request deadline ends then.
         wait_limit: Seconds a call may wait in a queue, at most 60 (Kubernetes' cap);
-            ``None``: the configuration's ``requestWaitLimit``. A call's own deadline bounds
-            its wait too.
+            ``None``: the configuration's ``requestWaitLimit``.
         request_timeout: Seconds from arrival (queue wait included) after which a call that is
             not long-running is cancelled and answered ``DEADLINE_EXCEEDED``; ``None``: none.
         max_long_running: Caps on open long-running calls by flow-schema name (``"*"``: each
             schema not named); one more is refused (``long-running-limit``).
         metadata: Add the flow schema, priority level, queue wait (and shadow outcome) to the
             trailing metadata of every admitted call.
+        client_deadlines: Queues that respect client deadlines (on by default): a call waits
+            no longer than its own deadline (``grpc-timeout``), nor its ``request_timeout``
+            if ``client_deadlines.request_timeout``; the wait ends as a ``time-out``
+            (``RESOURCE_EXHAUSTED``). ``None``: Kubernetes' wait limit alone (gRPC cancels
+            a call whose deadline passes while it waits).
 
     Raises:
         ValueError: On contradicting or out-of-range arguments.
@@ -84,6 +88,7 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         request_timeout: float | None = 60.0,
         max_long_running: Mapping[str, int] | None = None,
         metadata: bool = True,
+        client_deadlines: ClientDeadlines | None = ClientDeadlines(),  # noqa: B008 - frozen
     ) -> None:
         if limiter is not None and config is not None:
             raise ValueError("give APFInterceptor a limiter or a config, not both")
@@ -102,6 +107,9 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         else:
             self._long_running = frozenset(long_running).__contains__
         self._metadata = metadata
+        if client_deadlines is not None and not isinstance(client_deadlines, ClientDeadlines):
+            raise TypeError(f"client_deadlines must be a ClientDeadlines, got {client_deadlines!r}")
+        self._client_deadlines = client_deadlines
         self._handlers: dict[str, tuple[Handler, Handler]] = {}
 
     @property
@@ -154,17 +162,12 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         self, behavior: Callable[..., Any], method: str, long_running: bool
     ) -> Callable[[Any, Context], Awaitable[Any]]:
         """A call with one response: admitted before the handler, ended as it returns."""
-        gate, identify, names = self._gate, self._identify, self._metadata
+        enter, names = self._enter, self._metadata
 
         async def admitted(request: Any, context: Context) -> Any:
-            try:
-                ticket = gate.start(call_digest(context, method, identify), long_running)
-            except Rejected as rejected:
-                await refuse(context, rejected)
+            ticket = await enter(context, method, long_running)
             error: BaseException | None = None
             try:
-                if not ticket.admitted:
-                    await wait_in_queue(ticket, context)
                 if long_running:
                     ticket.response_started()
                 response = behavior(request, context)
@@ -189,17 +192,12 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         self, behavior: Callable[..., Any], method: str, long_running: bool
     ) -> Callable[[Any, Context], AsyncIterator[Any]]:
         """A call with a response stream: its response starts with its first message."""
-        gate, identify, names = self._gate, self._identify, self._metadata
+        enter, names = self._enter, self._metadata
 
         async def admitted(request: Any, context: Context) -> AsyncIterator[Any]:
-            try:
-                ticket = gate.start(call_digest(context, method, identify), long_running)
-            except Rejected as rejected:
-                await refuse(context, rejected)
+            ticket = await enter(context, method, long_running)
             error: BaseException | None = None
             try:
-                if not ticket.admitted:
-                    await wait_in_queue(ticket, context)
                 responses = behavior(request, context)
                 if hasattr(responses, "__aiter__"):  # an async generator
                     async for message in responses:
@@ -223,32 +221,42 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
 
         return admitted
 
+    async def _enter(self, context: Context, method: str, long_running: bool) -> Ticket:
+        """Start a call through the gate and wait for its seats, or abort it (one for all kinds).
+
+        Returns:
+            The ticket of a call that holds its seats (end it with ``ticket.end``).
+        """
+        gate = self._gate
+        client: float | None = None
+        deadlines = self._client_deadlines
+        if deadlines is not None:
+            # Kubernetes derives the wait limit from the request's deadline too
+            # (getRequestWaitContext in apiserver/pkg/server/filters/priority-and-fairness.go:
+            # a quarter of it); here the whole of it bounds the wait (docs/gate.md).
+            own = None if deadlines.request_timeout else _INF
+            client = gate.client_wait(own, context.time_remaining())
+        try:
+            ticket = gate.start(
+                call_digest(context, method, self._identify), long_running, None, client
+            )
+        except Rejected as rejected:
+            await refuse(context, rejected)
+        if ticket.admitted:
+            return ticket
+        try:
+            await ticket.wait()
+        except BaseException as exc:
+            # The wait limit passed (Rejected), or the call was cancelled or expired.
+            if ticket.end(exc):
+                await deadline_passed(context, ticket)
+            if isinstance(exc, Rejected):
+                await refuse(context, exc)
+            raise
+        return ticket
+
     def __repr__(self) -> str:
         return f"<APFInterceptor {self._limiter!r}>"
-
-
-async def wait_in_queue(ticket: Ticket, context: Context) -> None:
-    """Wait for seats, no longer than the wait limit nor the call's own deadline.
-
-    Kubernetes bounds the wait by the request's context too (``getRequestWaitContext`` in
-    ``apiserver/pkg/server/filters/priority-and-fairness.go``): a call whose client gave up
-    must not keep a place. Leaving (a time-out, a cancellation) gives the place up at once.
-    """
-    remaining = context.time_remaining()
-    try:
-        if remaining is None:
-            await ticket.wait()
-        else:
-            async with asyncio.timeout(remaining):
-                await ticket.wait()
-    except Rejected as rejected:  # the wait limit passed
-        await refuse(context, rejected)
-    except TimeoutError:
-        await context.abort(
-            grpc.StatusCode.DEADLINE_EXCEEDED,
-            "apf_limiter: the call's deadline passed while it waited in a queue",
-            trailing_metadata=_names(ticket),
-        )
 
 
 async def refuse(context: Context, rejected: Rejected) -> NoReturn:

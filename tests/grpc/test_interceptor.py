@@ -142,7 +142,9 @@ async def test_a_call_cancelled_while_queued_frees_its_place() -> None:
     assert (level.executing_seats, level.waiting_requests, level.dispatched) == (0, 0, 1)
 
 
-async def test_the_calls_deadline_bounds_its_wait_in_the_queue() -> None:
+async def test_the_calls_deadline_bounds_its_wait_as_a_time_out() -> None:
+    # grpc-timeout is the call's client deadline: shorter than the wait limit, it takes its
+    # place, and the wait ends as the engine's own time-out (not a cancellation).
     interceptor = _interceptor(level={"wait_limit": 30})
     work = Work()
     async with serving(work, [interceptor]) as channel:
@@ -154,48 +156,32 @@ async def test_the_calls_deadline_bounds_its_wait_in_the_queue() -> None:
             await hold(b"", metadata=bearer("bob"), timeout=0.3)
         await _until(lambda: _level(interceptor).waiting_requests == 0, "the place to be freed")
         assert time.monotonic() - began < 5.0  # not the 30 s wait limit
+        await _until(lambda: _level(interceptor).timed_out == 1, "the time-out to be counted")
+        work.release.set()
+        await first
+    # The client's own deadline and the server's answer end together: either may win.
+    assert late.value.code() in (
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    assert (_level(interceptor).timed_out, _level(interceptor).cancelled) == (1, 0)
+    assert work.started == 1  # never dispatched after its client gave up
+
+
+async def test_without_client_deadlines_grpc_cancels_the_late_wait() -> None:
+    interceptor = _interceptor(level={"wait_limit": 30}, client_deadlines=None)
+    work = Work()
+    async with serving(work, [interceptor]) as channel:
+        hold = unary(channel, "/test.Work/Hold")
+        first = hold(b"", metadata=bearer("alice"))
+        await _until(lambda: work.started == 1, "the first call to run")
+        with pytest.raises(grpc.aio.AioRpcError) as late:
+            await hold(b"", metadata=bearer("bob"), timeout=0.3)
+        await _until(lambda: _level(interceptor).cancelled == 1, "the place to be given up")
         work.release.set()
         await first
     assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert _level(interceptor).timed_out == 0  # gave up its place: no time-out of the level
-
-
-class _StillContext:
-    """A servicer context whose deadline is due soon and that nobody cancels at it."""
-
-    def __init__(self, remaining: float) -> None:
-        self.remaining = remaining
-        self.aborted: tuple[grpc.StatusCode, str] | None = None
-
-    def time_remaining(self) -> float:
-        return self.remaining
-
-    async def abort(self, code: grpc.StatusCode, details: str, trailing_metadata: Any) -> None:
-        self.aborted = (code, details)
-        raise grpc.aio.AbortError()
-
-
-async def test_the_wait_is_bounded_by_time_remaining_even_if_grpc_does_not_cancel() -> None:
-    from apf_limiter.grpc._interceptor import wait_in_queue
-
-    limiter = Limiter(one_level(1, wait_limit=30))
-    interceptor = APFInterceptor(limiter=limiter, identify=None)
-    gate = interceptor.gate
-    from apf_limiter import RequestDigest
-
-    digest = RequestDigest(groups=("system:authenticated",), verb="post", path="/test.Work/Hold")
-    holder = gate.start(digest)
-    queued = gate.start(digest)
-    assert holder.admitted and not queued.admitted
-    context = _StillContext(0.05)
-    with pytest.raises(grpc.aio.AbortError):
-        await asyncio.wait_for(wait_in_queue(queued, context), 5.0)  # type: ignore[arg-type]
-    assert context.aborted is not None
-    assert context.aborted[0] == grpc.StatusCode.DEADLINE_EXCEEDED
-    queued.end(None)
-    holder.end(None)
-    level = limiter.statistics().priority_levels["work"]
-    assert (level.waiting_requests, level.executing_requests) == (0, 0)
+    assert _level(interceptor).timed_out == 0  # Kubernetes' wait limit alone: a cancellation
 
 
 async def test_a_marked_stream_gives_its_seats_back_at_its_first_message() -> None:
