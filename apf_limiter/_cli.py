@@ -24,6 +24,7 @@ subcommand is a ``_Command`` in :data:`_COMMANDS`; adding one there adds it to t
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -194,66 +195,6 @@ def _add_defaults(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument("--json", action="store_true", help="print JSON instead of YAML")
 
 
-def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from apf_limiter._demo.command import add_arguments
-
-    parser = subparsers.add_parser(
-        "demo",
-        help="show APF at work: mice keep their latency while an elephant floods",
-        description="Start a demo server on 127.0.0.1 and drive a bounded loopback load: one "
-        "elephant floods it while a few mice send a request now and then. Runs twice, behind "
-        "a plain semaphore of the same capacity and behind APFMiddleware, then prints "
-        "requests served, 429s, p50 and p99 latency per client. Needs uvicorn.",
-    )
-    add_arguments(parser)
-
-
-def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from apf_limiter._demo.command import run
-
-    return run(args, out, err)
-
-
-def _add_simulate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from apf_limiter._simulate._command import add_simulate
-
-    parser = subparsers.add_parser(
-        "simulate",
-        help="run a traffic scenario through a configuration, in fake time",
-        description="Run the traffic of a scenario file through the real engine in fake time "
-        "and report, per priority level, flow schema and flow, the requests served, the queue "
-        "wait p50/p99, the rejections with their reasons and Retry-After, and the seat limits "
-        "over time. CONFIG 'default' is the built-in configuration. See docs/simulate.md.",
-    )
-    add_simulate(parser)
-
-
-def _simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from apf_limiter._simulate._command import simulate
-
-    return simulate(args, out, err)
-
-
-def _add_replay(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from apf_limiter._simulate._command import add_replay
-
-    parser = subparsers.add_parser(
-        "replay",
-        help="feed a recorded access log through a configuration: shadow mode, offline",
-        description="Read an access log (JSON lines, or the combined log format with a request "
-        "time field), each line giving a request's start, duration, user or client, method "
-        "and path, and report what APF would have done to it. Unreadable lines are counted "
-        "and shown. See docs/simulate.md.",
-    )
-    add_replay(parser)
-
-
-def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from apf_limiter._simulate._command import replay
-
-    return replay(args, out, err)
-
-
 @dataclass(frozen=True)
 class _Command:
     name: str
@@ -261,13 +202,63 @@ class _Command:
     run: Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 
+def _imported(
+    name: str, module: str, add: str, run_name: str, help: str, description: str
+) -> _Command:
+    """A subcommand whose functions live in a module imported only once the parser is built.
+
+    ``add(parser)`` adds its arguments and ``run_name(args, out, err)`` runs it; the module
+    loads lazily because the demo needs uvicorn and simulate brings its own modules.
+    """
+
+    def add_arguments(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        parser = subparsers.add_parser(name, help=help, description=description)
+        getattr(importlib.import_module(module), add)(parser)
+
+    def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+        status: int = getattr(importlib.import_module(module), run_name)(args, out, err)
+        return status
+
+    return _Command(name, add_arguments, run)
+
+
 _COMMANDS: tuple[_Command, ...] = (
     _Command("validate", _add_validate, _validate),
     _Command("show", _add_show, _show),
     _Command("defaults", _add_defaults, _defaults),
-    _Command("simulate", _add_simulate, _simulate),
-    _Command("replay", _add_replay, _replay),
-    _Command("demo", _add_demo, _demo),
+    _imported(
+        "simulate",
+        "apf_limiter._simulate._command",
+        "add_simulate",
+        "simulate",
+        "run a traffic scenario through a configuration, in fake time",
+        "Run the traffic of a scenario file through the real engine in fake time "
+        "and report, per priority level, flow schema and flow, the requests served, the queue "
+        "wait p50/p99, the rejections with their reasons and Retry-After, and the seat limits "
+        "over time. CONFIG 'default' is the built-in configuration. See docs/simulate.md.",
+    ),
+    _imported(
+        "replay",
+        "apf_limiter._simulate._command",
+        "add_replay",
+        "replay",
+        "feed a recorded access log through a configuration: shadow mode, offline",
+        "Read an access log (JSON lines, or the combined log format with a request "
+        "time field), each line giving a request's start, duration, user or client, method "
+        "and path, and report what APF would have done to it. Unreadable lines are counted "
+        "and shown. See docs/simulate.md.",
+    ),
+    _imported(
+        "demo",
+        "apf_limiter._demo.command",
+        "add_arguments",
+        "run",
+        "show APF at work: mice keep their latency while an elephant floods",
+        "Start a demo server on 127.0.0.1 and drive a bounded loopback load: one "
+        "elephant floods it while a few mice send a request now and then. Runs twice, behind "
+        "a plain semaphore of the same capacity and behind APFMiddleware, then prints "
+        "requests served, 429s, p50 and p99 latency per client. Needs uvicorn.",
+    ),
 )
 
 
