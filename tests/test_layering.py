@@ -398,6 +398,28 @@ def test_middleware_reads_no_private_attribute_of_another_object() -> None:
     )
 
 
+def test_observability_reads_no_private_attribute_and_no_private_prometheus_name() -> None:
+    bad = [
+        f"{module.where}:{line}: {text}"
+        for module in modules().values()
+        if is_under(module.name, "apf_limiter.observability")
+        for line, text in _private_accesses(module.tree)
+    ] + [
+        i.describe()
+        for i in imports_of("apf_limiter.observability")
+        if i.target.split(".")[0] == "prometheus_client"
+        and any(is_private(part) for part in (*i.target.split("."), i.name) if part)
+    ]
+    assert not bad, _fail(
+        "Rule 3: observability reads no `_private` attribute of an object other than "
+        "self/cls (a PrometheusMetrics' `_series`, a prometheus_client child's `_buckets`, "
+        "...) and imports no private name of prometheus_client.",
+        "hand the value over (an argument, a public method) or use prometheus_client's public "
+        "API (its metrics, values.ValueClass, metrics_core's families, a collector of our own)",
+        bad,
+    )
+
+
 def test_middleware_imports_only_public_names_of_the_shell() -> None:
     bad = [
         i.describe()
