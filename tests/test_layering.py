@@ -203,12 +203,40 @@ def _resolve(module: Module, node: ast.ImportFrom) -> str:
     return ".".join([*parts, node.module] if node.module else parts)
 
 
+_IMPORT_BY_NAME = frozenset({"import_module", "__import__"})
+
+
+def _imports_by_name(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``importlib.import_module("apf_limiter....")`` and ``__import__(...)`` with a literal."""
+    calls = sorted(
+        (node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args),
+        key=lambda node: (node.lineno, node.col_offset),
+    )
+    for node in calls:
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        first = node.args[0]
+        if (
+            called in _IMPORT_BY_NAME
+            and isinstance(first, ast.Constant)
+            and isinstance(first.value, str)
+            and first.value.split(".")[0] == PACKAGE
+        ):
+            yield node.lineno, first.value
+
+
 @cache
 def imports() -> tuple[Import, ...]:
-    """Every import in the package, one entry per imported module or name."""
+    """Every import in the package, one entry per imported module or name.
+
+    A module loaded by name (``importlib.import_module`` or ``__import__`` with a string
+    literal) counts as imported, in the context "by name".
+    """
     known = modules()
     found: list[Import] = []
     for module in known.values():
+        for line, target in _imports_by_name(module.tree):
+            found.append(Import(module.name, target, "", line, "by name"))
         for node, context in _import_statements(module.tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -563,6 +591,22 @@ def describe_cycles(graph: dict[str, dict[str, Import]]) -> list[str]:
             f"\n    (modules in this tangle: {', '.join(component)})"
         )
     return described
+
+
+def test_modules_loaded_by_name_count_as_imports() -> None:
+    tree = ast.parse(
+        "import importlib\n"
+        "def load():\n"
+        "    return importlib.import_module('apf_limiter.observability')\n"
+        "other = __import__('apf_limiter.config')\n"
+        "elsewhere = importlib.import_module('json')\n"
+    )
+    assert list(_imports_by_name(tree)) == [
+        (3, "apf_limiter.observability"),
+        (4, "apf_limiter.config"),
+    ]
+    by_name = {(i.importer, i.target) for i in imports() if i.context == "by name"}
+    assert ("apf_limiter.asgi._debug", "apf_limiter.observability") in by_name
 
 
 def test_cycle_detection_reports_a_readable_chain() -> None:
