@@ -155,7 +155,7 @@ def _defaults(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import json
 
     from apf_limiter.config._defaults import default_configuration
-    from apf_limiter.config._dump import dump_config
+    from apf_limiter.config._serialize import dump_config
 
     document = dump_config(default_configuration(), form=args.form)
     if args.json:

@@ -203,12 +203,40 @@ def _resolve(module: Module, node: ast.ImportFrom) -> str:
     return ".".join([*parts, node.module] if node.module else parts)
 
 
+_IMPORT_BY_NAME = frozenset({"import_module", "__import__"})
+
+
+def _imports_by_name(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``importlib.import_module("apf_limiter....")`` and ``__import__(...)`` with a literal."""
+    calls = sorted(
+        (node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args),
+        key=lambda node: (node.lineno, node.col_offset),
+    )
+    for node in calls:
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        first = node.args[0]
+        if (
+            called in _IMPORT_BY_NAME
+            and isinstance(first, ast.Constant)
+            and isinstance(first.value, str)
+            and first.value.split(".")[0] == PACKAGE
+        ):
+            yield node.lineno, first.value
+
+
 @cache
 def imports() -> tuple[Import, ...]:
-    """Every import in the package, one entry per imported module or name."""
+    """Every import in the package, one entry per imported module or name.
+
+    A module loaded by name (``importlib.import_module`` or ``__import__`` with a string
+    literal) counts as imported, in the context "by name".
+    """
     known = modules()
     found: list[Import] = []
     for module in known.values():
+        for line, target in _imports_by_name(module.tree):
+            found.append(Import(module.name, target, "", line, "by name"))
         for node, context in _import_statements(module.tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -398,6 +426,28 @@ def test_middleware_reads_no_private_attribute_of_another_object() -> None:
     )
 
 
+def test_observability_reads_no_private_attribute_and_no_private_prometheus_name() -> None:
+    bad = [
+        f"{module.where}:{line}: {text}"
+        for module in modules().values()
+        if is_under(module.name, "apf_limiter.observability")
+        for line, text in _private_accesses(module.tree)
+    ] + [
+        i.describe()
+        for i in imports_of("apf_limiter.observability")
+        if i.target.split(".")[0] == "prometheus_client"
+        and any(is_private(part) for part in (*i.target.split("."), i.name) if part)
+    ]
+    assert not bad, _fail(
+        "Rule 3: observability reads no `_private` attribute of an object other than "
+        "self/cls (a PrometheusMetrics' `_series`, a prometheus_client child's `_buckets`, "
+        "...) and imports no private name of prometheus_client.",
+        "hand the value over (an argument, a public method) or use prometheus_client's public "
+        "API (its metrics, values.ValueClass, metrics_core's families, a collector of our own)",
+        bad,
+    )
+
+
 def test_middleware_imports_only_public_names_of_the_shell() -> None:
     bad = [
         i.describe()
@@ -541,6 +591,22 @@ def describe_cycles(graph: dict[str, dict[str, Import]]) -> list[str]:
             f"\n    (modules in this tangle: {', '.join(component)})"
         )
     return described
+
+
+def test_modules_loaded_by_name_count_as_imports() -> None:
+    tree = ast.parse(
+        "import importlib\n"
+        "def load():\n"
+        "    return importlib.import_module('apf_limiter.observability')\n"
+        "other = __import__('apf_limiter.config')\n"
+        "elsewhere = importlib.import_module('json')\n"
+    )
+    assert list(_imports_by_name(tree)) == [
+        (3, "apf_limiter.observability"),
+        (4, "apf_limiter.config"),
+    ]
+    by_name = {(i.importer, i.target) for i in imports() if i.context == "by name"}
+    assert ("apf_limiter.asgi._debug", "apf_limiter.observability") in by_name
 
 
 def test_cycle_detection_reports_a_readable_chain() -> None:

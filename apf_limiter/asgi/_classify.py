@@ -43,7 +43,7 @@ from apf_limiter.asgi._types import (
 Classified = tuple[RequestDigest, bool, float | None, object]
 
 
-class Classifier:
+class ScopeClassifier:
     """Runs the hooks and the route lookup for each request.
 
     Args:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from apf_limiter._errors import Rejected
 from apf_limiter._warn_once import WarnOnce
 from apf_limiter.asgi._body_rate import timed_receive
-from apf_limiter.asgi._classify import Classifier
+from apf_limiter.asgi._classify import ScopeClassifier
 from apf_limiter.asgi._debug import is_debug_path, load_debug_app
 from apf_limiter.asgi._identity import default_identify, route_path
 from apf_limiter.asgi._lifespan import closing_at_shutdown
@@ -160,7 +160,7 @@ class APFMiddleware:
         # Wiring mistakes seen in requests, each warned about once (apf_limiter.asgi._mistakes).
         self._warn = WarnOnce()
         identify = hooks.identify
-        self._classify = Classifier(
+        self._classify = ScopeClassifier(
             identify if identify is not None else default_identify,
             hooks.resolve,
             hooks.estimate,

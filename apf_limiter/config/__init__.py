@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         default_configuration,
         kubernetes_bootstrap_configuration,
     )
-    from apf_limiter.config._dump import dump_config
+    from apf_limiter.config._serialize import dump_config
     from apf_limiter.config._sources import load_config, load_config_text
 
 __all__ = [
@@ -60,7 +60,7 @@ _LAZY = {
     "MANDATORY_PRIORITY_LEVELS": "_defaults",
     "default_configuration": "_defaults",
     "kubernetes_bootstrap_configuration": "_defaults",
-    "dump_config": "_dump",
+    "dump_config": "_serialize",
     "load_config": "_sources",
     "load_config_text": "_sources",
 }

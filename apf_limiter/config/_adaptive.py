@@ -102,7 +102,7 @@ def _number(section: Reader, key: str, default: float) -> float:
     return default if value is None else value
 
 
-def dump_adaptive(adaptive: AdaptiveConcurrency) -> dict[str, object]:
+def serialize_adaptive(adaptive: AdaptiveConcurrency) -> dict[str, object]:
     """``adaptiveConcurrency`` in the configuration shape (every field explicit)."""
     dumped: dict[str, object] = {"minLimit": adaptive.min_limit, "maxLimit": adaptive.max_limit}
     if adaptive.initial_limit is not None:

@@ -16,7 +16,6 @@ from functools import cache
 from typing import cast
 
 from apf_limiter.config._defaults import MANDATORY_PRIORITY_LEVELS
-from apf_limiter.config._dump import dump_priority_level
 from apf_limiter.config._envelope import (
     EntryDraft,
     read_envelope,
@@ -36,6 +35,7 @@ from apf_limiter.config._model import (
 )
 from apf_limiter.config._names import CATCH_ALL, EXEMPT
 from apf_limiter.config._problems import Problems, RawMapping, join
+from apf_limiter.config._serialize import serialize_priority_level
 from apf_limiter.engine._shuffle_sharding import MAX_HASH_BITS, required_entropy_bits
 
 LEVEL_SPEC_KEYS: tuple[str, ...] = ("type", "limited", "exempt")
@@ -331,7 +331,7 @@ def _fixed_drafts() -> dict[str, PriorityLevelDraft]:
     # The fixed specs as drafts, so that "equal" means what Kubernetes' semantic equality of
     # the defaulted specs means, including parts the model would drop (e.g. a stray `limited`).
     return {
-        level.name: parse_priority_level(dump_priority_level(level), i, Problems())
+        level.name: parse_priority_level(serialize_priority_level(level), i, Problems())
         for i, level in enumerate(MANDATORY_PRIORITY_LEVELS)
     }
 

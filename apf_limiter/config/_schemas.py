@@ -19,7 +19,6 @@ from functools import cache
 from typing import cast
 
 from apf_limiter.config._defaults import MANDATORY_FLOW_SCHEMAS
-from apf_limiter.config._dump import dump_flow_schema
 from apf_limiter.config._envelope import (
     EntryDraft,
     read_envelope,
@@ -36,6 +35,7 @@ from apf_limiter.config._model import (
 from apf_limiter.config._names import EXEMPT, dns1123_subdomain_errors, http_token_errors
 from apf_limiter.config._problems import Problems, RawMapping, index, join
 from apf_limiter.config._rules import RuleDraft, build_rule, parse_rules, validate_rule
+from apf_limiter.config._serialize import serialize_flow_schema
 
 SCHEMA_SPEC_KEYS: tuple[str, ...] = (
     "matchingPrecedence",
@@ -169,7 +169,7 @@ def _validate_distinguisher(method: DistinguisherDraft, path: str, problems: Pro
 @cache
 def _fixed_drafts() -> dict[str, FlowSchemaDraft]:
     return {
-        schema.name: parse_flow_schema(dump_flow_schema(schema), i, Problems())
+        schema.name: parse_flow_schema(serialize_flow_schema(schema), i, Problems())
         for i, schema in enumerate(MANDATORY_FLOW_SCHEMAS)
     }
 

@@ -20,7 +20,7 @@ Everything here reads a limiter through :meth:`Limiter.dump`, :meth:`Limiter.sta
 from apf_limiter._observer import Observer
 from apf_limiter.observability._catalog import METRICS, MetricSpec
 from apf_limiter.observability._dashboard import dashboard_feed
-from apf_limiter.observability._dumps import (
+from apf_limiter.observability._debug_text import (
     Dump,
     dump_priority_levels,
     dump_queues,

@@ -36,7 +36,7 @@ from apf_limiter.observability._asgi import (
 )
 from apf_limiter.observability._dashboard import dashboard_feed
 from apf_limiter.observability._dashboard_page import DASHBOARD_HTML, DASHBOARD_SCRIPT
-from apf_limiter.observability._dumps import (
+from apf_limiter.observability._debug_text import (
     Dump,
     dump_priority_levels,
     dump_queues,
@@ -149,7 +149,7 @@ class DebugApp:
                 "the APF debug endpoints have no authorize hook, so they answer 403 to every "
                 "request; pass authorize=, e.g. lambda scope: <is this an operator?>",
             )
-        self._dumps: dict[str, Callable[[dict[str, str]], Dump]] = {
+        self._tables: dict[str, Callable[[dict[str, str]], Dump]] = {
             "/dump_priority_levels": lambda _: dump_priority_levels(limiter),
             "/dump_queues": lambda _: dump_queues(limiter),
             "/dump_requests": lambda params: dump_requests(
@@ -185,9 +185,9 @@ class DebugApp:
         path = _route_path(scope)
         params = query(scope)
         as_json = params.get("format") == "json"
-        dump = self._dumps.get(path)
-        if dump is not None:
-            rows = dump(params)
+        table = self._tables.get(path)
+        if table is not None:
+            rows = table(params)
             if as_json:
                 await respond(scope, send, 200, _json(rows.json_rows()), _JSON)
             else:

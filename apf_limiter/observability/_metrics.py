@@ -28,8 +28,13 @@ from apf_limiter._errors import RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter._warn_once import WarnOnce
 from apf_limiter.observability._adaptive_metrics import collect_adaptive
-from apf_limiter.observability._buckets import BucketCounts
 from apf_limiter.observability._catalog import metric
+from apf_limiter.observability._event_series import (
+    WOULD_BE_REASONS,
+    EventSeries,
+    Pair,
+    ShadowSeries,
+)
 from apf_limiter.observability._export import FamilyBuilder
 from apf_limiter.observability._multiprocess import attach
 from apf_limiter.observability._sampling import RatioSampler, count_flows
@@ -51,49 +56,6 @@ def require_prometheus_client() -> ModuleType:
     except ImportError as exc:
         raise ImportError(_INSTALL_HINT) from exc
     return prometheus_client
-
-
-class _Series:
-    """The event-driven numbers of one (priority level, flow schema) pair."""
-
-    __slots__ = (
-        "dispatched",
-        "rejected",
-        "wait_executed",
-        "wait_not_executed",
-        "execution",
-        "seats",
-        "queue_length",
-        "queuing",
-    )
-
-    def __init__(self, queuing: bool) -> None:
-        self.dispatched = 0
-        self.rejected: dict[str, int] = {}
-        self.wait_executed = BucketCounts(metric("request_wait_duration_seconds").buckets)
-        self.wait_not_executed = BucketCounts(metric("request_wait_duration_seconds").buckets)
-        self.execution = BucketCounts(metric("request_execution_seconds").buckets)
-        self.seats = BucketCounts(metric("work_estimated_seats").buckets)
-        self.queue_length = BucketCounts(metric("request_queue_length_after_enqueue").buckets)
-        self.queuing = queuing
-
-
-#: The would-be rejection reasons of a level that queues (``True``) or rejects (``False``).
-_WOULD_BE_REASONS: dict[bool, tuple[str, ...]] = {
-    True: ("queue-full", "time-out"),
-    False: ("concurrency-limit",),
-}
-
-
-class _ShadowSeries:
-    """What enforcing would have done to the shadow-mode requests of one (level, schema) pair."""
-
-    __slots__ = ("rejected", "wait", "dropped")
-
-    def __init__(self) -> None:
-        self.rejected: dict[str, int] = {}
-        self.wait = BucketCounts(metric("shadow_request_wait_duration_seconds").buckets)
-        self.dropped = 0
 
 
 class PrometheusMetrics(Observer):
@@ -133,11 +95,11 @@ class PrometheusMetrics(Observer):
         self.prefix = "".join(f"{part}_" for part in (namespace, subsystem) if part)
         self.registry = prometheus_client.REGISTRY if registry is None else registry
         self._families = FamilyBuilder(self.prefix)
-        self._series: dict[tuple[str, str], _Series] = {}
+        self._series: dict[Pair, EventSeries] = {}
         self._seen: set[tuple[str, str]] = set()
-        self._shadow: dict[tuple[str, str], _ShadowSeries] = {}
+        self._shadow: dict[Pair, ShadowSeries] = {}
         self._queuing_levels: set[str] = set()
-        self._just_arrived: _Series | None = None
+        self._just_arrived: EventSeries | None = None
         self._limiter: Limiter | None = None
         self._sampler: RatioSampler | None = None
         self._warn = WarnOnce()
@@ -153,7 +115,7 @@ class PrometheusMetrics(Observer):
             ) from clash
         # PROMETHEUS_MULTIPROC_DIR: mirrored to prometheus_client's files, which metrics_app
         # sums over the worker processes (None otherwise: nothing changes).
-        self._native = attach(self)
+        self._native = attach(self, self._series, self._shadow)
 
     # ----------------------------------------------------------------------------------------
     # wiring
@@ -191,8 +153,8 @@ class PrometheusMetrics(Observer):
     # ----------------------------------------------------------------------------------------
     # observer hooks: the request path, kept cheap
 
-    def _new_series(self, priority_level: str, flow_schema: str) -> _Series:
-        series = _Series(priority_level in self._queuing_levels)
+    def _new_series(self, priority_level: str, flow_schema: str) -> EventSeries:
+        series = EventSeries(priority_level in self._queuing_levels)
         self._series[(priority_level, flow_schema)] = series
         return series
 
@@ -293,11 +255,11 @@ class PrometheusMetrics(Observer):
         """
         series = self._shadow.get((priority_level, flow_schema))
         if series is None:
-            series = self._shadow[(priority_level, flow_schema)] = _ShadowSeries()
+            series = self._shadow[(priority_level, flow_schema)] = ShadowSeries()
             # Series at 0 for the reasons the level can give, from the pair's first request:
             # a ratio over shadow_rejected_requests_total then reads 0, not "no data".
             queuing = priority_level in self._queuing_levels
-            series.rejected = dict.fromkeys(_WOULD_BE_REASONS[queuing], 0)
+            series.rejected = dict.fromkeys(WOULD_BE_REASONS[queuing], 0)
         if reason is None:
             if queue_wait is not None:
                 series.wait.observe(queue_wait)

@@ -11,6 +11,13 @@ the engine's state, read as a scrape would. Refreshes run at ``bind``, every
 :data:`REFRESH_INTERVAL` seconds while requests are in flight (a timer armed by an arrival when
 none runs: one attribute test per request), once more after the last one, and before each
 scrape the worker answers.
+
+Only ``prometheus_client``'s public API is used: its ``Counter`` and ``Gauge``, and for the
+histograms, whose gains are weighted (a ratio sampler adds seconds, not one observation), the
+value class of its ``values`` module (``values.ValueClass``, the one its own metrics keep each
+number in), one per bucket and one for the sum, exported by a collector of our own
+(:class:`FileHistogram`). What is mirrored comes from the owner's event tables, handed over
+by the owner itself (:func:`attach`).
 """
 
 from __future__ import annotations
@@ -19,12 +26,14 @@ import asyncio
 import contextlib
 import os
 import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from apf_limiter.engine._seat_seconds import seat_seconds_float
 from apf_limiter.observability._adaptive_metrics import adaptive_samples
 from apf_limiter.observability._buckets import BucketCounts
-from apf_limiter.observability._catalog import METRICS
+from apf_limiter.observability._catalog import METRICS, MetricSpec
+from apf_limiter.observability._event_series import EventSeries, Pair, ShadowSeries
 from apf_limiter.observability._sampling import RatioSampler, count_flows, s_bounds
 
 if TYPE_CHECKING:
@@ -87,7 +96,9 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
-def attach(owner: Any) -> NativeMetrics | None:
+def attach(
+    owner: Any, series: Mapping[Pair, EventSeries], shadow: Mapping[Pair, ShadowSeries]
+) -> NativeMetrics | None:
     """In multiprocess mode, give ``owner`` a :class:`NativeMetrics` that mirrors it to files.
 
     Args:
@@ -95,13 +106,15 @@ def attach(owner: Any) -> NativeMetrics | None:
             request path is unchanged); each refresh adds what they gained to the files. Its
             ``request_arrived`` hook is wrapped (an instance attribute: the limiter looks the
             hook up at each event) to start the refresh timer when none runs.
+        series: The owner's event table, read (never written) at each refresh.
+        shadow: The owner's shadow-mode table, read likewise.
 
     Returns:
         The native metrics, or ``None`` (nothing changed) without ``PROMETHEUS_MULTIPROC_DIR``.
     """
     if multiprocess_dir() is None:
         return None
-    native = NativeMetrics(owner)
+    native = NativeMetrics(owner, series, shadow)
     arrived = owner.request_arrived
 
     def request_arrived(priority_level: str, flow_schema: str, seats: int) -> None:
@@ -118,16 +131,25 @@ class NativeMetrics:
     """The catalogue as ``prometheus_client`` metrics, written by each worker at its refreshes.
 
     Args:
-        owner: The ``PrometheusMetrics`` whose event tables (``_series``, ``_shadow``) and
-            ``prefix`` are mirrored.
+        owner: The ``PrometheusMetrics`` mirrored (its ``prefix`` names the metrics).
+        series: Its event table (:class:`EventSeries` by level and schema).
+        shadow: Its shadow-mode table.
         interval: Seconds between refreshes while requests are in flight.
     """
 
-    def __init__(self, owner: Any, interval: float = REFRESH_INTERVAL) -> None:
-        from prometheus_client import Counter, Gauge, Histogram
+    def __init__(
+        self,
+        owner: Any,
+        series: Mapping[Pair, EventSeries],
+        shadow: Mapping[Pair, ShadowSeries],
+        interval: float = REFRESH_INTERVAL,
+    ) -> None:
+        from prometheus_client import Counter, Gauge
 
         prefix = owner.prefix
         self.owner = owner
+        self.series = series
+        self.shadow = shadow
         self.interval = interval
         self.metrics: dict[str, Any] = {}
         for spec in METRICS:
@@ -137,9 +159,7 @@ class NativeMetrics:
                 continue
             name, labels = prefix + spec.name, list(spec.labels)
             if spec.kind == "histogram":
-                self.metrics[spec.name] = Histogram(
-                    name, spec.help, labels, registry=None, buckets=spec.buckets
-                )
+                self.metrics[spec.name] = FileHistogram(name, spec)
             elif spec.kind == "counter":
                 self.metrics[spec.name] = Counter(name, spec.help, labels, registry=None)
             else:
@@ -167,7 +187,8 @@ class NativeMetrics:
         child = self._children.get(key)
         if child is None:
             parent = self.metrics[name]
-            child = self._children[key] = parent.labels(*labels) if labels else parent
+            many = labels or isinstance(parent, FileHistogram)
+            child = self._children[key] = parent.labels(*labels) if many else parent
         return child
 
     # ----------------------------------------------------------------------------------------
@@ -230,7 +251,7 @@ class NativeMetrics:
         flows = count_flows(dump)
         busy = bool(flows.pairs())
         self._seen.update(flows.pairs())
-        self._seen.update(self.owner._series)  # flows seen by events only also read 0
+        self._seen.update(self.series)  # flows seen by events only also read 0
         for pair in self._seen:
             self._set("current_inqueue_requests", pair, flows.waiting[pair])
             self._set("current_inqueue_seats", pair, flows.waiting_seats[pair])
@@ -314,7 +335,7 @@ class NativeMetrics:
             child.inc(gained)
 
     def _push_events(self) -> None:
-        for pair, series in list(self.owner._series.items()):
+        for pair, series in list(self.series.items()):
             self._count("dispatched_requests_total", pair, series.dispatched)
             for reason, count in list(series.rejected.items()):
                 self._count("rejected_requests_total", (*pair, reason), count)
@@ -325,7 +346,7 @@ class NativeMetrics:
             )
             self._histogram("request_execution_seconds", (*pair, "regular"), series.execution)
             self._histogram("work_estimated_seats", pair, series.seats)
-        for pair, shadow in list(self.owner._shadow.items()):
+        for pair, shadow in list(self.shadow.items()):
             for reason, count in list(shadow.rejected.items()):
                 self._count("shadow_rejected_requests_total", (*pair, reason), count)
             self._histogram("shadow_request_wait_duration_seconds", pair, shadow.wait)
@@ -351,13 +372,84 @@ class NativeMetrics:
             pushed = ([0.0] * len(counts.counts), 0.0)
         child = self.child(name, labels)
         # Histogram.observe takes one value at a time (and no weight, which the sampled ones
-        # need): add the gains to its per-bucket values, not cumulative as in BucketCounts.
-        for index, (now, before) in enumerate(zip(counts.counts, pushed[0], strict=True)):
+        # need): add the gains to the per-bucket values, not cumulative as in BucketCounts.
+        for value, now, before in zip(child.buckets, counts.counts, pushed[0], strict=True):
             if now != before:
-                child._buckets[index].inc(now - before)
+                value.inc(now - before)
         if counts.sum != pushed[1]:
-            child._sum.inc(counts.sum - pushed[1])
+            child.sum.inc(counts.sum - pushed[1])
         self._pushed[key] = (list(counts.counts), counts.sum)
+
+
+class FileHistogram:
+    """A histogram whose buckets take weighted gains: a collector of our own.
+
+    ``prometheus_client``'s ``Histogram`` counts one observation at a time. This keeps, per
+    label set, the numbers its ``Histogram`` would keep, in the same ``values.ValueClass``
+    (so, in multiprocess mode, the same entries of the same ``histogram_<pid>.db`` file, which
+    ``MultiProcessCollector`` sums), and adds gains to them directly.
+
+    Args:
+        name: The metric's full name (with its prefix).
+        spec: Its catalogue entry (help, labels, bucket bounds).
+    """
+
+    def __init__(self, name: str, spec: MetricSpec) -> None:
+        self.name = name
+        self.help = spec.help
+        self.labelnames = tuple(spec.labels)
+        self.bounds = (*(float(bound) for bound in spec.buckets), float("inf"))
+        self._children: dict[Labels, HistogramValues] = {}
+
+    def labels(self, *values: str) -> HistogramValues:
+        """The numbers of one label set, created (at 0) on first use."""
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = HistogramValues(self, values)
+        return child
+
+    def collect(self) -> Iterator[Any]:
+        """This process's values, as a ``HistogramMetricFamily`` (in-memory mode)."""
+        from prometheus_client.metrics_core import HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        family = HistogramMetricFamily(self.name, self.help, labels=self.labelnames)
+        for values, child in self._children.items():
+            total = 0.0
+            buckets = []
+            for bound, value in zip(self.bounds, child.buckets, strict=True):
+                total += value.get()
+                buckets.append((floatToGoString(bound), total))  # type: ignore[no-untyped-call]
+            family.add_metric(list(values), buckets, child.sum.get())
+        yield family
+
+
+class HistogramValues:
+    """One label set of a :class:`FileHistogram`: a value per bucket (not cumulative), a sum.
+
+    Created as ``prometheus_client``'s ``Histogram`` creates a child's values: the sum, then
+    each bucket labelled ``le``, with ``values.ValueClass`` (file-backed in multiprocess mode).
+    """
+
+    def __init__(self, histogram: FileHistogram, labelvalues: Labels) -> None:
+        from prometheus_client import values
+        from prometheus_client.utils import floatToGoString
+
+        name, names, help_text = histogram.name, histogram.labelnames, histogram.help
+        self.sum: Any = values.ValueClass(
+            "histogram", name, name + "_sum", names, labelvalues, help_text
+        )
+        self.buckets: Sequence[Any] = [
+            values.ValueClass(
+                "histogram",
+                name,
+                name + "_bucket",
+                (*names, "le"),
+                (*labelvalues, floatToGoString(bound)),  # type: ignore[no-untyped-call]
+                help_text,
+            )
+            for bound in histogram.bounds
+        ]
 
 
 def refresh_all() -> None:

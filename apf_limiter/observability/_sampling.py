@@ -60,7 +60,8 @@ class FlowGauges:
         """Every (level, schema) pair with something waiting or executing."""
         return set(self.waiting) | set(self.executing) | set(self.executing_seats)
 
-    def _kind(self, request: RequestDump, phase: str) -> None:
+    def count_kind(self, request: RequestDump, phase: str) -> None:
+        """Count ``request`` as read-only or mutating in ``phase`` (waiting or executing)."""
         (self.read_only if request.verb in READ_ONLY_VERBS else self.mutating)[phase] += 1
 
 
@@ -82,7 +83,7 @@ def count_flows(dump: EngineDump) -> FlowGauges:
                 pair = (name, request.flow_schema)
                 gauges.waiting[pair] += 1
                 gauges.waiting_seats[pair] += request.max_seats
-                gauges._kind(request, "waiting")
+                gauges.count_kind(request, "waiting")
             _count_executing(gauges, name, queue.executing)
         _count_executing(gauges, name, level.queueless_executing)
         # Seats still held after the handler returned (additional latency).
@@ -96,7 +97,7 @@ def _count_executing(gauges: FlowGauges, level: str, requests: Iterable[RequestD
         pair = (level, request.flow_schema)
         gauges.executing[pair] += 1
         gauges.executing_seats[pair] += request.max_seats
-        gauges._kind(request, "executing")
+        gauges.count_kind(request, "executing")
 
 
 def s_bounds(level: LevelDump) -> tuple[float, float, float, float] | None:

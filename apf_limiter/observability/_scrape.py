@@ -17,8 +17,8 @@ from apf_limiter.observability._sampling import FlowGauges, RatioSampler, s_boun
 from apf_limiter.observability._top_flows import hide, level_flows
 
 if TYPE_CHECKING:
-    from apf_limiter import LimiterStatistics, PriorityLevelStatistics
     from apf_limiter.engine._dump import EngineDump
+    from apf_limiter.engine._statistics import LimiterStatistics, PriorityLevelStatistics
 
 Labels = tuple[str, ...]
 

@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from apf_limiter import Limiter
 from apf_limiter.asgi import APFMiddleware, RouteOptions, _options, route_options
-from apf_limiter.asgi._classify import Classifier
+from apf_limiter.asgi._classify import ScopeClassifier
 from apf_limiter.asgi._identity import default_identify, remove_dot_segments, route_path
 from apf_limiter.asgi._routes import RouteLookup
 from apf_limiter.asgi._types import Receive, Scope, Send
@@ -59,8 +59,8 @@ def nothing_marked() -> Iterator[None]:
     counter[0] = marked
 
 
-def _classifier(app: object, paths: dict[str, RouteOptions] | None = None) -> Classifier:
-    return Classifier(default_identify, None, None, None, RouteLookup(paths, app))
+def _classifier(app: object, paths: dict[str, RouteOptions] | None = None) -> ScopeClassifier:
+    return ScopeClassifier(default_identify, None, None, None, RouteLookup(paths, app))
 
 
 def _scopes(app: object) -> list[Scope]:

@@ -14,7 +14,6 @@ from apf_limiter.config._defaults import (
     default_configuration,
     kubernetes_bootstrap_configuration,
 )
-from apf_limiter.config._dump import dump_flow_schema, dump_priority_level
 from apf_limiter.config._model import (
     Configuration,
     ExemptPriorityLevelConfiguration,
@@ -24,6 +23,7 @@ from apf_limiter.config._model import (
     PriorityLevel,
     QueuingConfiguration,
 )
+from apf_limiter.config._serialize import serialize_flow_schema, serialize_priority_level
 from apf_limiter.config._sources import load_config, load_config_text
 
 BOOTSTRAP_YAML = Path(__file__).parent.parent / "data" / "kubernetes-bootstrap.yaml"
@@ -53,10 +53,10 @@ def test_given_mandatory_objects_keep_their_place() -> None:
     config = load_config(
         {
             "priorityLevels": [
-                dump_priority_level(CATCH_ALL_LEVEL),
+                serialize_priority_level(CATCH_ALL_LEVEL),
                 {"name": "web", **REJECT_ONLY},
             ],
-            "flowSchemas": [dump_flow_schema(CATCH_ALL_SCHEMA, form="kubernetes")],
+            "flowSchemas": [serialize_flow_schema(CATCH_ALL_SCHEMA, form="kubernetes")],
         }
     )
     assert names(config.priority_levels) == ["exempt", "catch-all", "web"]
@@ -78,7 +78,7 @@ def test_the_exempt_level_may_change_only_its_exempt_part(full: bool) -> None:
         exempt=ExemptPriorityLevelConfiguration(nominal_concurrency_shares=10, lendable_percent=50),
     )
     form = "kubernetes" if full else "short"
-    config = load_config({"priorityLevels": [dump_priority_level(changed, form=form)]})
+    config = load_config({"priorityLevels": [serialize_priority_level(changed, form=form)]})
     assert config.priority_level("exempt") == changed
 
 
@@ -89,7 +89,7 @@ def test_the_exempt_level_in_short_form_needs_no_type() -> None:
 
 
 def test_a_changed_catch_all_level_is_rejected() -> None:
-    changed = dump_priority_level(CATCH_ALL_LEVEL, form="kubernetes")
+    changed = serialize_priority_level(CATCH_ALL_LEVEL, form="kubernetes")
     changed["spec"]["limited"]["lendablePercent"] = 10  # type: ignore[index]
     with pytest.raises(ConfigError) as caught:
         load_config({"priorityLevels": [changed]})
@@ -100,7 +100,7 @@ def test_a_changed_catch_all_level_is_rejected() -> None:
 
 
 def test_a_changed_exempt_schema_is_rejected() -> None:
-    changed = dump_flow_schema(EXEMPT_SCHEMA)
+    changed = serialize_flow_schema(EXEMPT_SCHEMA)
     changed["distinguisherMethod"] = {"type": "ByUser"}
     with pytest.raises(ConfigError) as caught:
         load_config({"flowSchemas": [changed]})

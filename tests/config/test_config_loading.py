@@ -13,7 +13,6 @@ import pytest
 
 from apf_limiter._errors import ConfigError
 from apf_limiter.config._defaults import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS
-from apf_limiter.config._dump import dump_flow_schema
 from apf_limiter.config._model import (
     Configuration,
     FlowDistinguisherMethod,
@@ -26,6 +25,7 @@ from apf_limiter.config._model import (
     QueuingConfiguration,
     Subject,
 )
+from apf_limiter.config._serialize import serialize_flow_schema
 from apf_limiter.config._sources import load_config, load_config_text
 
 EXEMPT_LEVEL, CATCH_ALL_LEVEL = MANDATORY_PRIORITY_LEVELS
@@ -356,7 +356,7 @@ def test_a_settings_list_of_the_wrong_type_hides_no_other_document_s_problems() 
 
 
 def test_an_empty_distinguisher_header_is_no_header_even_for_the_mandatory_catch_all() -> None:
-    catch_all = dump_flow_schema(MANDATORY_FLOW_SCHEMAS[1])
+    catch_all = serialize_flow_schema(MANDATORY_FLOW_SCHEMAS[1])
     spec: dict[str, Any] = {key: value for key, value in catch_all.items() if key != "name"}
     spec["distinguisherMethod"] = {"type": "ByUser", "header": ""}
     config = load_config({"flowSchemas": [{"name": "catch-all", **spec}]})

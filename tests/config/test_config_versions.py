@@ -13,7 +13,6 @@ from apf_limiter.config._defaults import (
     default_configuration,
     kubernetes_bootstrap_configuration,
 )
-from apf_limiter.config._dump import dump_config, dump_flow_schema, dump_priority_level
 from apf_limiter.config._model import (
     Configuration,
     ExemptPriorityLevelConfiguration,
@@ -27,6 +26,11 @@ from apf_limiter.config._model import (
     QueuingConfiguration,
     ResourcePolicyRule,
     Subject,
+)
+from apf_limiter.config._serialize import (
+    dump_config,
+    serialize_flow_schema,
+    serialize_priority_level,
 )
 from apf_limiter.config._sources import load_config
 
@@ -166,7 +170,7 @@ def test_every_version_round_trips_through_v1(version: str, shares_field: str) -
     assert loaded.priority_level("web") == EXPECTED_WEB
     dumped = dump_config(loaded, form="kubernetes")
     assert load_config(dumped) == loaded
-    web = dump_priority_level(loaded.priority_level("web"), form="kubernetes")
+    web = serialize_priority_level(loaded.priority_level("web"), form="kubernetes")
     assert web["apiVersion"] == f"{GROUP}/v1"
     assert web in dumped["priorityLevels"]  # type: ignore[operator]
 
@@ -177,7 +181,7 @@ def test_v1beta3_zero_shares_round_trip_through_v1() -> None:
             "v1beta3", {"nominalConcurrencyShares": 0, "limitResponse": REJECT}, {PRESERVE: ""}
         )
     )
-    dumped = dump_priority_level(loaded.priority_level("web"), form="kubernetes")
+    dumped = serialize_priority_level(loaded.priority_level("web"), form="kubernetes")
     assert dumped["spec"] == {
         "type": "Limited",
         "limited": {"nominalConcurrencyShares": 0, "lendablePercent": 0, "limitResponse": REJECT},
@@ -274,10 +278,10 @@ def test_a_rich_configuration_round_trips(form: str) -> None:
 
 
 def test_by_header_names_are_stored_lower_case() -> None:
-    schema = dump_flow_schema(RICH.flow_schemas[0])
+    schema = serialize_flow_schema(RICH.flow_schemas[0])
     schema["distinguisherMethod"] = {"type": "ByHeader", "header": "X-Tenant-ID"}
     loaded = load_config(
-        {"priorityLevels": [dump_priority_level(EXPECTED_WEB)], "flowSchemas": [schema]}
+        {"priorityLevels": [serialize_priority_level(EXPECTED_WEB)], "flowSchemas": [schema]}
     )
     assert loaded.flow_schema("tenants").distinguisher_method == FlowDistinguisherMethod(
         type="ByHeader", header="x-tenant-id"
@@ -285,7 +289,7 @@ def test_by_header_names_are_stored_lower_case() -> None:
 
 
 def test_dump_short_form_is_the_documented_shape() -> None:
-    assert dump_priority_level(EXPECTED_WEB) == {
+    assert serialize_priority_level(EXPECTED_WEB) == {
         "name": "web",
         "type": "Limited",
         "limited": {
@@ -298,7 +302,7 @@ def test_dump_short_form_is_the_documented_shape() -> None:
             },
         },
     }
-    assert dump_flow_schema(RICH.flow_schemas[1], form="kubernetes") == {
+    assert serialize_flow_schema(RICH.flow_schemas[1], form="kubernetes") == {
         "apiVersion": f"{GROUP}/v1",
         "kind": "FlowSchema",
         "metadata": {"name": "anonymous"},

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from apf_limiter._digest import RequestDigest
 from apf_limiter.config import MANDATORY_FLOW_SCHEMAS, MANDATORY_PRIORITY_LEVELS, load_config
-from apf_limiter.config._dump import dump_config, dump_flow_schema, dump_priority_level
 from apf_limiter.config._model import (
     FlowDistinguisherMethod,
     FlowSchema,
@@ -22,6 +21,11 @@ from apf_limiter.config._model import (
     PolicyRulesWithSubjects,
     ResourcePolicyRule,
     Subject,
+)
+from apf_limiter.config._serialize import (
+    dump_config,
+    serialize_flow_schema,
+    serialize_priority_level,
 )
 from apf_limiter.engine import _classifier as classifier_module
 from apf_limiter.engine._classifier import Classifier, flow_hash, order_flow_schemas
@@ -173,8 +177,8 @@ def test_catch_all_given_in_the_configuration_matches_before_a_later_named_schem
     # level that is not given would be dangling in Kubernetes).
     given = load_config(
         {
-            "priorityLevels": [level, dump_priority_level(MANDATORY_PRIORITY_LEVELS[1])],
-            "flowSchemas": [late, dump_flow_schema(MANDATORY_FLOW_SCHEMAS[1])],
+            "priorityLevels": [level, serialize_priority_level(MANDATORY_PRIORITY_LEVELS[1])],
+            "flowSchemas": [late, serialize_flow_schema(MANDATORY_FLOW_SCHEMAS[1])],
         }
     )
     assert given.imagined_flow_schemas == ("exempt",)

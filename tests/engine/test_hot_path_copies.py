@@ -5,6 +5,8 @@ The engine keeps a few copies for speed (docs/internals.md, "Hot-path copies"):
 * ``QueueSet.start_request``'s fast path (nothing waits, the request fits) short-cuts the
   general path: enqueue on the first queue of the hand, find it, dispatch it.
 * ``QueueSet.finish`` and ``QueueSet._sync_time`` round ``seats × duration`` inline.
+* ``QueueSet.finish`` ends with ``QueueSet._note_demand`` inline (and the fast path sets the
+  demand inline too, pinned with the rest of the fast path).
 * ``Integrator.set`` inlines ``Integrator._update``.
 
 Each test drives both copies on the same inputs and compares every piece of state, so a fix to
@@ -274,3 +276,63 @@ def test_integrator_set_is_update_then_take(samples: list[tuple[int, float]], st
     # Compared as reprs: the deviation is NaN when rounding makes the variance negative (as
     # Go's math.Sqrt gives), and NaN != NaN.
     assert repr(inlined.reset(now + 1.0)) == repr(reference.reset(now + 1.0))
+
+
+def _integrator_with(fields: dict[str, Any]) -> Integrator:
+    copy = Integrator(0.0)
+    for name, value in fields.items():
+        setattr(copy, name, value)
+    return copy
+
+
+@settings(max_examples=200, deadline=None)
+@given(operations, st.integers(1, 6), st.integers(1, 3))
+def test_finish_notes_the_seat_demand_as_note_demand_does(
+    ops: list[tuple[Any, ...]], queues: int, hand_size: int
+) -> None:
+    """``finish`` moves the seat demand only in its last lines, a copy of ``_note_demand``:
+    the demand after a finish equals ``_note_demand`` run on the demand before it, with the
+    seats in use and waiting after it."""
+    qs = QueueSet(
+        "q",
+        desired_num_queues=queues,
+        queue_length_limit=3,
+        hand_size=min(hand_size, queues),
+        concurrency_limit=4,
+        now=0.0,
+    )
+    reference = QueueSet("r", desired_num_queues=1, hand_size=1, concurrency_limit=1, now=0.0)
+    requests: list[Request] = []
+    now = 0.0
+    for op in ops:
+        kind = op[0]
+        if kind == "arrive":
+            _, flow, seats, final_seats, latency = op
+            request = Request("s", "q", str(flow), flow * 7919, seats, final_seats, latency)
+            requests.append(request)
+            qs.start_request(request, now)
+        elif kind == "advance":
+            now += op[1]
+        elif kind == "limit":
+            qs.set_concurrency_limit(op[1], now)
+        elif kind == "finish":
+            executing = [r for r in requests if r.state is RequestState.EXECUTING]
+            if not executing:
+                continue
+            before = _fields(qs.demand, INTEGRATOR_FIELDS)
+            qs.finish(executing[op[1] % len(executing)], now)
+            reference.demand = _integrator_with(before)
+            reference.seats_in_use = qs.seats_in_use
+            reference.seats_waiting = qs.seats_waiting
+            reference._note_demand(now)
+            assert _fields(qs.demand, INTEGRATOR_FIELDS) == _fields(
+                reference.demand, INTEGRATOR_FIELDS
+            )
+        elif kind == "cancel":
+            waiting = [r for r in requests if r.state is RequestState.WAITING]
+            if waiting:
+                qs.cancel(waiting[op[1] % len(waiting)], now, timed_out=False)
+        else:
+            lingering = [r for r in requests if r.state is RequestState.LINGERING]
+            if lingering:
+                qs.release(lingering[op[1] % len(lingering)], now)

@@ -273,7 +273,7 @@ async def test_one_long_client_value_cannot_blow_up_a_text_dump() -> None:
     # 60 kB path made every row 60 kB wide (315 MB of text from a busy limiter). A text cell
     # is cut at MAX_CELL_WIDTH, marked with how much was left out; the JSON rows keep it all.
     from apf_limiter import RequestDigest
-    from apf_limiter.observability._dumps import CUT_MARK, MAX_CELL_WIDTH
+    from apf_limiter.observability._debug_text import CUT_MARK, MAX_CELL_WIDTH
     from tests.helpers import single_level_config
 
     limiter = Limiter(single_level_config(limit=1, queue_length_limit=200), clock=FakeClock())

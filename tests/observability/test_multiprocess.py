@@ -371,3 +371,32 @@ def test_a_preloading_master_does_not_count_as_a_worker(
     # Both children exited 0 (each preloaded worker wrote its own gauges at once); the
     # preloading master's live gauges are gone, a process that served keeps its own.
     assert result.stdout.strip() == f"[0, 0] {kept}", result.stderr
+
+
+async def test_the_files_hold_exactly_what_one_process_exports(tmp_path: Path) -> None:
+    """The scripted traffic in a process in true multiprocess mode (file-backed values),
+    scraped from its files as ``metrics_app`` does: every counter and histogram sample equals
+    the one-process export of the same traffic, refreshed and scraped at the same instants."""
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+    }
+    command = [sys.executable, "-m", "tests.observability.multiprocess_scrape"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=60, check=True)
+    files = {family.name: family for family in text_string_to_metric_families(done.stdout.decode())}
+    one_process = Traffic()
+    await one_process.run_to_waiting()
+    list(one_process.registry.collect())  # the instant the other process refreshed
+    await one_process.run_to_end()
+    kinds = {"counter", "histogram"}
+    names = {
+        P + spec.name.removesuffix("_total")
+        for spec in METRICS
+        if spec.kind in kinds and spec.source in {"event", "scrape", "sampler"}
+    }
+    expected = _flatten(one_process.registry.collect(), names)
+    assert _flatten(files.values(), names) == expected
+    histograms = [f for name, f in files.items() if name in names and f.type == "histogram"]
+    assert len(histograms) >= 8
+    assert sum(v for (name, _), v in expected.items() if name.endswith("_sum")) > 0

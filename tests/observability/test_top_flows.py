@@ -18,7 +18,7 @@ from apf_limiter.observability import (
     dump_top_flows,
 )
 from apf_limiter.observability._asgi import Scope
-from apf_limiter.observability._dumps import CUT_MARK, MAX_CELL_WIDTH
+from apf_limiter.observability._debug_text import CUT_MARK, MAX_CELL_WIDTH
 from apf_limiter.testing import FakeClock
 from tests.observability.scenario import scenario_config, user
 

@@ -1,4 +1,7 @@
-"""Dumping a :class:`Configuration` back to the configuration shape (camelCase dicts).
+"""Serialising a :class:`Configuration` back to the configuration shape (camelCase dicts).
+
+In private code "serialize" names this, and "dump" only the engine's read view
+(``Limiter.dump()``); the public :func:`dump_config` keeps its name.
 
 ``load_config(dump_config(config)) == config`` for every configuration the loader produces, in
 both forms: ``"short"`` writes each level and schema as ``{name, <spec fields>}``, and
@@ -10,7 +13,7 @@ nil distinguisher.
 
 from __future__ import annotations
 
-from apf_limiter.config._adaptive import dump_adaptive
+from apf_limiter.config._adaptive import serialize_adaptive
 from apf_limiter.config._envelope import API_GROUP
 from apf_limiter.config._model import (
     Configuration,
@@ -28,7 +31,7 @@ def dump_config(config: Configuration, *, form: str = "short") -> dict[str, obje
     """Return ``config`` in the configuration shape.
 
     Args:
-        config: The configuration to dump.
+        config: The configuration to serialise.
         form: ``"short"`` for ``{name, <spec fields>}`` entries, ``"kubernetes"`` for full v1
             objects with ``apiVersion``/``kind``/``metadata``/``spec``.
 
@@ -42,11 +45,11 @@ def dump_config(config: Configuration, *, form: str = "short") -> dict[str, obje
         "borrowingPeriod": config.borrowing_period,
         **_enforcement(config),
         "priorityLevels": [
-            dump_priority_level(level, form=form) for level in config.priority_levels
+            serialize_priority_level(level, form=form) for level in config.priority_levels
         ],
         # Mandatory schemas the configuration did not give stay out: loading adds them again.
         "flowSchemas": [
-            dump_flow_schema(schema, form=form)
+            serialize_flow_schema(schema, form=form)
             for schema in config.flow_schemas
             if schema.name not in config.imagined_flow_schemas
         ],
@@ -54,14 +57,14 @@ def dump_config(config: Configuration, *, form: str = "short") -> dict[str, obje
 
 
 def _enforcement(config: Configuration) -> dict[str, object]:
-    """The enforcement settings, left out where they are the default (as Kubernetes dumps)."""
+    """The enforcement settings, left out where they are the default (as Kubernetes does)."""
     settings: dict[str, object] = {}
     if config.enforcement != "Enforce":
         settings["enforcement"] = config.enforcement
     if config.priority_level_enforcement:
         settings["priorityLevelEnforcement"] = dict(config.priority_level_enforcement)
     if config.adaptive_concurrency is not None:
-        settings["adaptiveConcurrency"] = dump_adaptive(config.adaptive_concurrency)
+        settings["adaptiveConcurrency"] = serialize_adaptive(config.adaptive_concurrency)
     return settings
 
 
@@ -76,7 +79,7 @@ def _entry(kind: str, name: str, spec: dict[str, object], form: str) -> dict[str
     return {"apiVersion": _API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
 
 
-def dump_priority_level(level: PriorityLevel, *, form: str = "short") -> dict[str, object]:
+def serialize_priority_level(level: PriorityLevel, *, form: str = "short") -> dict[str, object]:
     """Return one priority level as a short-form entry or a full v1 object."""
     _check_form(form)
     spec: dict[str, object] = {"type": level.type}
@@ -106,7 +109,7 @@ def dump_priority_level(level: PriorityLevel, *, form: str = "short") -> dict[st
     return _entry("PriorityLevelConfiguration", level.name, spec, form)
 
 
-def dump_flow_schema(schema: FlowSchema, *, form: str = "short") -> dict[str, object]:
+def serialize_flow_schema(schema: FlowSchema, *, form: str = "short") -> dict[str, object]:
     """Return one flow schema as a short-form entry or a full v1 object."""
     _check_form(form)
     spec: dict[str, object] = {
@@ -119,12 +122,12 @@ def dump_flow_schema(schema: FlowSchema, *, form: str = "short") -> dict[str, ob
         if method.header:
             method_dict["header"] = method.header
         spec["distinguisherMethod"] = method_dict
-    spec["rules"] = [_dump_rule(rule) for rule in schema.rules]
+    spec["rules"] = [_serialize_rule(rule) for rule in schema.rules]
     return _entry("FlowSchema", schema.name, spec, form)
 
 
-def _dump_rule(rule: PolicyRulesWithSubjects) -> dict[str, object]:
-    result: dict[str, object] = {"subjects": [_dump_subject(s) for s in rule.subjects]}
+def _serialize_rule(rule: PolicyRulesWithSubjects) -> dict[str, object]:
+    result: dict[str, object] = {"subjects": [_serialize_subject(s) for s in rule.subjects]}
     if rule.resource_rules:
         resource_rules: list[dict[str, object]] = []
         for r in rule.resource_rules:
@@ -147,7 +150,7 @@ def _dump_rule(rule: PolicyRulesWithSubjects) -> dict[str, object]:
     return result
 
 
-def _dump_subject(subject: Subject) -> dict[str, object]:
+def _serialize_subject(subject: Subject) -> dict[str, object]:
     if subject.kind == "ServiceAccount":
         return {
             "kind": "ServiceAccount",

@@ -1,4 +1,8 @@
-r"""The three Kubernetes APF debug dumps: priority levels, queues and requests.
+r"""The Kubernetes APF debug text: the priority levels, queues and requests tables.
+
+The public names keep Kubernetes' (``dump_priority_levels``, ..., the endpoints'
+``/dump_*`` paths, :class:`Dump`); in private code "dump" means only the engine's read view
+(``Limiter.dump()``, the frozen values these tables are built from).
 
 Each dump has the columns of its Kubernetes counterpart
 (``/debug/api_priority_and_fairness/dump_*``) and renders as the same text (columns joined by
