@@ -36,6 +36,19 @@ DEFAULT_BORROWING_PERIOD = 10.0
 #: schemas; what loading one that big costs: docs/configuration.md, "Very large
 #: configurations".
 DEFAULT_MAX_FILE_SIZE = 4 * 1024 * 1024
+
+
+def check_max_file_size(max_size: object) -> int:
+    """Check a file size limit given by a caller; return it.
+
+    Raises:
+        ValueError: If it is not a positive integer.
+    """
+    if type(max_size) is not int or max_size <= 0:
+        raise ValueError(f"max_file_size must be a positive integer of bytes, got {max_size!r}")
+    return max_size
+
+
 #: Kubernetes caps any queue wait at one minute.
 MAX_REQUEST_WAIT_LIMIT = 60.0
 #: Kubernetes adjusts every 10 s; far shorter periods only burn CPU (a subnormal one broke the

@@ -54,12 +54,12 @@ from apf_limiter.config._schemas import (
 from apf_limiter.config._settings import (
     DEFAULT_MAX_FILE_SIZE,
     SETTING_KEYS,
+    check_max_file_size,
     read_enforcement,
     read_settings,
 )
 from apf_limiter.config._text import (
     NO_TEXT_DOCUMENT,
-    check_max_file_size,
     parse_documents,
     parse_file,
     read_documents,

@@ -68,17 +68,6 @@ def read_documents(
     return parse_file(read_file_bytes(name, max_size), name)
 
 
-def check_max_file_size(max_size: object) -> int:
-    """Check a file size limit given by a caller; return it.
-
-    Raises:
-        ValueError: If it is not a positive integer.
-    """
-    if type(max_size) is not int or max_size <= 0:
-        raise ValueError(f"max_file_size must be a positive integer of bytes, got {max_size!r}")
-    return max_size
-
-
 def read_file_bytes(name: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> bytes:
     """Read a regular file of at most ``max_size`` bytes, never blocking on what it is.
 

@@ -24,7 +24,11 @@ from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected, RejectReason
 from apf_limiter._observer import Observer
 from apf_limiter.config._model import Configuration
-from apf_limiter.config._settings import DEFAULT_MAX_FILE_SIZE, MAX_REQUEST_WAIT_LIMIT
+from apf_limiter.config._settings import (
+    DEFAULT_MAX_FILE_SIZE,
+    MAX_REQUEST_WAIT_LIMIT,
+    check_max_file_size,
+)
 from apf_limiter.engine._dump import EngineDump
 from apf_limiter.engine._statistics import AdaptiveStatistics, LimiterStatistics
 from apf_limiter.limiter._admission import Admission
@@ -147,7 +151,9 @@ class Limiter(HoldsCore):
         hash_seed: int | None = None,
         observer: Observer | None = None,
         max_shadow_twins: int = DEFAULT_MAX_SHADOW_TWINS,
-        max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+        # An object, checked below: the compiled build would refuse another type with a
+        # TypeError of its own before the check's ValueError.
+        max_file_size: object = DEFAULT_MAX_FILE_SIZE,
     ) -> Limiter:
         """Create a limiter from a YAML or JSON file, optionally reloading it when it changes.
 
@@ -185,9 +191,9 @@ class Limiter(HoldsCore):
         """
         if reload and not reload_interval > 0:
             raise ValueError(f"reload_interval must be positive, got {reload_interval!r}")
-        if type(max_file_size) is not int or max_file_size <= 0:
-            raise ValueError(f"max_file_size must be a positive integer, got {max_file_size!r}")
-        file = ConfigFile(path, reload_interval if reload else 0.0, max_file_size)
+        file = ConfigFile(
+            path, reload_interval if reload else 0.0, check_max_file_size(max_file_size)
+        )
         # Read once, and the configuration is loaded from that very content: what the file
         # held then is what a later check compares with.
         limiter = cls(

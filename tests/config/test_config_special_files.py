@@ -100,4 +100,4 @@ def test_the_size_limit_must_be_a_positive_integer(tmp_path: Path, bad: object) 
     with pytest.raises(ValueError, match="max_file_size"):
         load_config(path, max_file_size=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_file_size"):
-        Limiter.from_file(path, max_file_size=bad)  # type: ignore[arg-type]
+        Limiter.from_file(path, max_file_size=bad)
