@@ -10,12 +10,14 @@ backend:
   APF, over real HTTP and (wait only) in fake time;
 * ``docs/perf-engine-cost.png`` — engine cost per request against queues and flows, and
   against the number of queued requests;
+* ``docs/perf-overload.png`` — goodput against offered load, 1× to 10× the capacity, one line per
+  contender, and the mice's p99 (:mod:`benchmarks.overload`);
 * ``docs/perf-adaptive.png`` — the adaptive server limit, Gradient and AIMD side by side: the
   learned ServerCL and the execution time's p99 against time while the backend's capacity
   halves and recovers, simulated on the spot in fake time (:mod:`benchmarks.adaptive_sim`,
   deterministic; about a minute).
 
-``--only NAME`` draws one of them (``http``, ``mice``, ``engine``, ``adaptive``).
+``--only NAME`` draws one of them (``http``, ``mice``, ``engine``, ``adaptive``, ``overload``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import matplotlib
@@ -35,7 +38,14 @@ from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
 from benchmarks.servers import REPO_ROOT
 
-__all__ = ["adaptive_limit", "engine_cost", "http_throughput", "main", "mice_latency"]
+__all__ = [
+    "adaptive_limit",
+    "engine_cost",
+    "http_throughput",
+    "main",
+    "mice_latency",
+    "overload_goodput",
+]
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 DOCS = REPO_ROOT / "docs"
@@ -44,11 +54,12 @@ _COLORS = {
     "apf": "#1f77b4",
     "semaphore": "#d62728",
     "limit-concurrency": "#ff7f0e",
+    "apf-retry": "#17becf",
 }
 
 
 #: The plots ``--only`` can name.
-PLOTS: tuple[str, ...] = ("http", "mice", "engine", "adaptive")
+PLOTS: tuple[str, ...] = ("http", "mice", "engine", "adaptive", "overload")
 
 
 def _load(results: Path, name: str) -> dict[str, Any] | None:
@@ -244,6 +255,50 @@ def adaptive_limit(out: Path, capacity: int = 20) -> None:
     plt.close(fig)
 
 
+def overload_goodput(result: dict[str, Any], out: Path) -> None:
+    """Goodput (left) and the mice's p99 (right) against offered load, one line per contender.
+
+    The median over the rounds of :mod:`benchmarks.overload`'s runs; a mouse not answered in
+    time counts as the clients' timeout, so a line at the timeout means the mice starved.
+    """
+    by_contender: dict[str, dict[float, list[dict[str, Any]]]] = {}
+    for run in result["runs"]:
+        by_contender.setdefault(run["contender"], {}).setdefault(run["multiple"], []).append(run)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, runs in by_contender.items():
+        multiples = sorted(runs)
+        style = {"color": _COLORS.get(name, "#444444"), "marker": "o", "label": name}
+        if name == "apf-retry":
+            style["linestyle"] = "--"
+        goodput = [median(r["goodput"] for r in runs[m]) for m in multiples]
+        mice = [median(r["mice_p99"] for r in runs[m]) * 1000 for m in multiples]
+        left.plot(multiples, goodput, **style)
+        right.plot(multiples, mice, **style)
+    left.axhline(0.95, color="#2ca02c", lw=1, ls=":", label="target 0.95")
+    left.set_ylim(-0.03, 1.1)
+    left.set_ylabel("goodput (answers within the timeout / capacity)")
+    right.set_yscale("log")
+    right.set_ylabel("mice p99 (ms; not answered = the timeout)")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(sorted({r["multiple"] for r in result["runs"]})))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("offered load (× capacity)")
+        ax.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=8, loc="lower left")
+    build = result.get("build", {}).get("build", "?")
+    fig.suptitle(
+        f"Open-loop overload: a pool of {result['pool']} held {result['hold_ms']} ms "
+        f"({result['capacity_rps']:g} req/s), clients give up after {result['timeout']:g} s; "
+        f"{result['rounds']} round(s) × {result['duration']:g} s per point, apf_limiter {build}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Draw every plot whose results exist (or the one ``--only`` names)."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -275,6 +330,13 @@ def main(argv: list[str] | None = None) -> None:
             saturation = sweep(n=5000, repeats=1, backlogs=(1000, 10_000), memory_counts=())
         engine_cost(saturation, args.docs / "perf-engine-cost.png")
         print(f"wrote {args.docs / 'perf-engine-cost.png'}")
+    if "overload" in chosen:
+        overload = _load(args.results, "overload.json")
+        if overload is not None:
+            overload_goodput(overload, args.docs / "perf-overload.png")
+            print(f"wrote {args.docs / 'perf-overload.png'}")
+        else:
+            print("no benchmarks/results/overload.json: run python -m benchmarks.overload")
     if "adaptive" in chosen:
         adaptive_limit(args.docs / "perf-adaptive.png")
         print(f"wrote {args.docs / 'perf-adaptive.png'}")
