@@ -49,6 +49,7 @@ from benchmarks.bench_app import POOL_SIZE, build_info
 from benchmarks.callgrind import available as callgrind_available
 from benchmarks.callgrind import instructions_per_operation
 from benchmarks.http_bench import machine
+from benchmarks.loadgen import response_head
 from benchmarks.peers import InProcess
 from benchmarks.result_file import write_result
 from benchmarks.servers import REPO_ROOT, running_server
@@ -117,20 +118,13 @@ class _Connection(asyncio.Protocol):
         end = self.buffer.find(b"\r\n\r\n")
         if end < 0:
             return
-        length, retry_after, close = 0, None, False
-        for line in self.buffer[:end].split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"retry-after":
-                retry_after = float(value)
-            elif name == b"connection":
-                close = value.strip().lower() == b"close"
+        status, headers = response_head(self.buffer[:end])
+        length = int(headers.get(b"content-length", b"0"))
         if len(self.buffer) < end + 4 + length:
             return
-        status = int(self.buffer[9:12])
         self.buffer = self.buffer[end + 4 + length :]
+        retry_after = float(headers[b"retry-after"]) if b"retry-after" in headers else None
+        close = headers.get(b"connection", b"").lower() == b"close"
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result((status, retry_after, close))
 

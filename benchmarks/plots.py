@@ -34,6 +34,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
 from benchmarks.servers import REPO_ROOT
@@ -60,6 +61,14 @@ _COLORS = {
 
 #: The plots ``--only`` can name.
 PLOTS: tuple[str, ...] = ("http", "mice", "engine", "adaptive", "overload")
+
+
+def _save(fig: Figure, out: Path, title: str, *, dpi: int = 110, fontsize: int = 9) -> None:
+    """Title the figure, lay it out, write it to ``out`` and free it."""
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
 
 
 def _load(results: Path, name: str) -> dict[str, Any] | None:
@@ -174,10 +183,7 @@ def engine_cost(result: dict[str, Any], out: Path) -> None:
     right.legend(fontsize=8)
     right.grid(True, alpha=0.3)
     build = result.get("build", {}).get("build", "?")
-    fig.suptitle(f"Engine cost under saturation (apf_limiter {build})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(fig, out, f"Engine cost under saturation (apf_limiter {build})", fontsize=10)
 
 
 def _plain_log(ax: Axes, ticks: tuple[float, ...]) -> None:
@@ -245,14 +251,11 @@ def adaptive_limit(out: Path, capacity: int = 20) -> None:
         bottom.legend(fontsize=8, loc="upper right")
     axes[0, 0].set_ylabel("ServerCL (seats)")
     axes[1, 0].set_ylabel("execution time, p99 per second (ms)")
-    fig.suptitle(
+    title = (
         f"Adaptive server limit, fake time: processor-sharing backend, knee C = {capacity} "
-        f"halving at 120 s and back at 200 s, {LOAD:g} × load, two levels (50 ms, 200 ms)",
-        fontsize=9,
+        f"halving at 120 s and back at 200 s, {LOAD:g} × load, two levels (50 ms, 200 ms)"
     )
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out, title, dpi=100)
 
 
 def overload_goodput(result: dict[str, Any], out: Path) -> None:
@@ -288,15 +291,12 @@ def overload_goodput(result: dict[str, Any], out: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
     left.legend(fontsize=8, loc="lower left")
     build = result.get("build", {}).get("build", "?")
-    fig.suptitle(
+    title = (
         f"Open-loop overload: a pool of {result['pool']} held {result['hold_ms']} ms "
         f"({result['capacity_rps']:g} req/s), clients give up after {result['timeout']:g} s; "
-        f"{result['rounds']} round(s) × {result['duration']:g} s per point, apf_limiter {build}",
-        fontsize=9,
+        f"{result['rounds']} round(s) × {result['duration']:g} s per point, apf_limiter {build}"
     )
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(fig, out, title)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -307,20 +307,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=PLOTS, help="draw this plot only")
     args = parser.parse_args(argv)
     chosen = PLOTS if args.only is None else (args.only,)
-    if "http" in chosen:
-        http = _load(args.results, "http.json")
-        if http is not None:
-            http_throughput(http, args.docs / "perf-http-throughput.png")
-            print(f"wrote {args.docs / 'perf-http-throughput.png'}")
+    # Plot -> (result file, the function drawing it, its PNG, the benchmark writing the file).
+    from_results = {
+        "http": ("http.json", http_throughput, "perf-http-throughput.png", "http_bench"),
+        "mice": ("fairness.json", mice_latency, "perf-mice-latency.png", "fairness_bench"),
+        "overload": ("overload.json", overload_goodput, "perf-overload.png", "overload"),
+    }
+    for name, (file, draw, png, benchmark) in from_results.items():
+        if name not in chosen:
+            continue
+        result = _load(args.results, file)
+        if result is not None:
+            draw(result, args.docs / png)
+            print(f"wrote {args.docs / png}")
         else:
-            print("no benchmarks/results/http.json: run python -m benchmarks.http_bench")
-    if "mice" in chosen:
-        fairness = _load(args.results, "fairness.json")
-        if fairness is not None:
-            mice_latency(fairness, args.docs / "perf-mice-latency.png")
-            print(f"wrote {args.docs / 'perf-mice-latency.png'}")
-        else:
-            print("no benchmarks/results/fairness.json: run python -m benchmarks.fairness_bench")
+            print(f"no benchmarks/results/{file}: run python -m benchmarks.{benchmark}")
     if "engine" in chosen:
         saturation = _load(args.results, "saturation.json")
         if saturation is None:
@@ -330,13 +331,6 @@ def main(argv: list[str] | None = None) -> None:
             saturation = sweep(n=5000, repeats=1, backlogs=(1000, 10_000), memory_counts=())
         engine_cost(saturation, args.docs / "perf-engine-cost.png")
         print(f"wrote {args.docs / 'perf-engine-cost.png'}")
-    if "overload" in chosen:
-        overload = _load(args.results, "overload.json")
-        if overload is not None:
-            overload_goodput(overload, args.docs / "perf-overload.png")
-            print(f"wrote {args.docs / 'perf-overload.png'}")
-        else:
-            print("no benchmarks/results/overload.json: run python -m benchmarks.overload")
     if "adaptive" in chosen:
         adaptive_limit(args.docs / "perf-adaptive.png")
         print(f"wrote {args.docs / 'perf-adaptive.png'}")
