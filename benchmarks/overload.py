@@ -410,7 +410,7 @@ def _cpu_per_rejection(runs: list[dict[str, Any]]) -> None:
         base = by_contender.get(run["contender"])
         per_served = base["server_cpu_s"] / base["served"] if base and base["served"] else 0.0
         run["cpu_per_served_us_at_1x"] = round(per_served * 1e6, 1)
-        if run["rejections"]:
+        if run["rejections"] and run is not base:  # the 1× run is the baseline itself
             left = run["server_cpu_s"] - run["served"] * per_served
             run["cpu_per_rejection_us"] = round(left / run["rejections"] * 1e6, 1)
         else:

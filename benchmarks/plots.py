@@ -56,6 +56,7 @@ _COLORS = {
     "semaphore": "#d62728",
     "limit-concurrency": "#ff7f0e",
     "apf-retry": "#17becf",
+    "apf-seats-22": "#9467bd",
 }
 
 
@@ -280,7 +281,7 @@ def overload_goodput(result: dict[str, Any], out: Path) -> None:
     left.axhline(0.95, color="#2ca02c", lw=1, ls=":", label="target 0.95")
     left.set_ylim(-0.03, 1.1)
     left.set_ylabel("goodput (answers within the timeout / capacity)")
-    right.set_yscale("log")
+    _plain_log(right, (50, 100, 200, 500, 1000, 2000))
     right.set_ylabel("mice p99 (ms; not answered = the timeout)")
     for ax in (left, right):
         ax.set_xscale("log")
