@@ -14,7 +14,8 @@ command line apart from the factory name (and uvicorn's ``--limit-concurrency``)
 * ``pool_apf`` — ``GET /work?ms=N`` holds one of the 20 connections of a simulated database
   pool (an :class:`asyncio.Semaphore`) for N ms, behind one APF level of
   ``APF_BENCH_CAPACITY`` seats; with ``APF_BENCH_ADAPTIVE=1`` ServerCL is learned
-  (``adaptiveConcurrency``, starting there).
+  (``adaptiveConcurrency``, starting there); ``pool_bare`` and ``pool_semaphore`` are the same
+  pool with no limiter and behind a FIFO semaphore of 20.
 * ``soak`` — the long-run app: APF in front of an endpoint that answers at once, sleeps, or
   raises (before or after the response started).
 
@@ -57,6 +58,9 @@ __all__ = [
     "work_apf",
     "work_semaphore",
     "pool_apf",
+    "pool_apf_config",
+    "pool_bare",
+    "pool_semaphore",
     "soak",
     "soak_config",
     "source_revision",
@@ -312,8 +316,8 @@ def work_semaphore() -> ASGIApp:
 POOL_SIZE = 20
 
 
-def pool_apf() -> ASGIApp:
-    """``/work`` holding a connection of a 20-connection pool, behind APF (maybe adaptive)."""
+def _pool_work() -> ASGIApp:
+    """``/work?ms=N``: hold one of the :data:`POOL_SIZE` connections of the pool for N ms."""
     pool: list[asyncio.Semaphore] = []
 
     async def work(scope: Scope, receive: Receive, send: Send) -> None:
@@ -325,14 +329,42 @@ def pool_apf() -> ASGIApp:
             await asyncio.sleep(_query_int(scope, b"ms", 50) / 1000)
         await _plain(send, 200, b"ok", [])
 
-    config = demo_config(_capacity(), queue_length_limit=200)
-    config["requestWaitLimit"] = 60
+    return work
+
+
+def pool_apf_config() -> dict[str, Any]:
+    """``pool_apf``'s configuration: one level of ``APF_BENCH_CAPACITY`` seats, fair per user.
+
+    64 queues of ``APF_BENCH_QUEUE_LENGTH`` requests (default 200) and a ``requestWaitLimit``
+    of ``APF_BENCH_WAIT_LIMIT`` seconds (default 60); ``APF_BENCH_ADAPTIVE=1`` learns ServerCL.
+    """
+    config = demo_config(
+        _capacity(), queue_length_limit=int(os.environ.get("APF_BENCH_QUEUE_LENGTH") or 200)
+    )
+    config["requestWaitLimit"] = float(os.environ.get("APF_BENCH_WAIT_LIMIT") or 60)
     if os.environ.get("APF_BENCH_ADAPTIVE") == "1":
         config["adaptiveConcurrency"] = {"minLimit": 2, "maxLimit": 1000}
+    return config
+
+
+def pool_apf() -> ASGIApp:
+    """``/work`` holding a connection of a 20-connection pool, behind APF (maybe adaptive)."""
     middleware = APFMiddleware(
-        work, config=config, identity=IdentityHooks(identify=bearer_identity)
+        _pool_work(),
+        config=pool_apf_config(),
+        identity=IdentityHooks(identify=bearer_identity),
     )
     return _BenchRoutes(middleware, middleware.limiter)
+
+
+def pool_bare() -> ASGIApp:
+    """``/work`` holding a connection of the pool, no limiter: the pool's own FIFO line."""
+    return _BenchRoutes(_pool_work(), None)
+
+
+def pool_semaphore() -> ASGIApp:
+    """``/work`` holding a connection of the pool, behind a FIFO semaphore of ``POOL_SIZE``."""
+    return _BenchRoutes(SemaphoreMiddleware(_pool_work(), capacity=POOL_SIZE), None)
 
 
 # --- the long run ---------------------------------------------------------------------------

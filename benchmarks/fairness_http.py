@@ -25,6 +25,8 @@ import random
 import time
 from dataclasses import dataclass
 
+from benchmarks.loadgen import response_head
+
 __all__ = ["HttpLoad", "HttpRecord", "run_http_load"]
 
 _DRAIN_TIMEOUT = 30.0
@@ -105,21 +107,12 @@ class _Client:
     ) -> None:
         writer.write(request)
         head = await reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        length, wait = 0, float("nan")
-        start = end = float("nan")
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"x-queue-wait":
-                wait = float(value)
-            elif name == b"x-start":
-                start = float(value) - self.started
-            elif name == b"x-end":
-                end = float(value) - self.started
-        await reader.readexactly(length)
+        status, headers = response_head(head[:-4])
+        nan = b"nan"
+        wait = float(headers.get(b"x-queue-wait", nan))
+        start = float(headers.get(b"x-start", nan)) - self.started
+        end = float(headers.get(b"x-end", nan)) - self.started
+        await reader.readexactly(int(headers.get(b"content-length", b"0")))
         now = time.perf_counter()
         self.records.append(
             HttpRecord(flow, sent - self.started, now - sent, status, wait, start, end)

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 
 from benchmarks.servers import REPO_ROOT
 
-__all__ = ["LoadResult", "generator_ceiling", "run_load", "run_python", "run_wrk", "wrk_path"]
+__all__ = [
+    "LoadResult",
+    "generator_ceiling",
+    "response_head",
+    "run_load",
+    "run_python",
+    "run_wrk",
+    "wrk_path",
+]
 
 _CANNED = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 13\r\n\r\nHello, world!"
 
@@ -117,6 +125,18 @@ def run_wrk(url: str, *, connections: int, duration: float, threads: int = 1) ->
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stderr}")
     return parse_wrk(done.stdout)
+
+
+def response_head(head: bytes) -> tuple[int, dict[bytes, bytes]]:
+    """A response head (without its blank line): the status and the headers, names lowercased.
+
+    A repeated header keeps its last value; the benchmarks' servers repeat none they read.
+    """
+    headers = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    return int(head[9:12]), headers
 
 
 class _Connection(asyncio.Protocol):

@@ -103,10 +103,16 @@ ENGINE = "engine"
 
 
 class InProcess:
-    """Drives requests through an ASGI app in this process: a fresh scope each, no server."""
+    """Drives requests through an ASGI app in this process: a fresh scope each, no server.
 
-    def __init__(self, app: ASGIApp) -> None:
+    Args:
+        app: The application.
+        scope: The request's scope (default: ``GET /`` with no credentials).
+    """
+
+    def __init__(self, app: ASGIApp, scope: dict[str, Any] | None = None) -> None:
         self.app = app
+        self.scope = _SCOPE if scope is None else scope
         self.responses = 0
         self.statuses: dict[int, int] = {}
 
@@ -117,7 +123,7 @@ class InProcess:
             self.responses += 1
 
     async def request(self) -> None:
-        """One ``GET /``: the request body once, then (as a server does) nothing more."""
+        """One request: the request body once, then (as a server does) nothing more."""
         sent = False
 
         async def receive() -> Message:
@@ -127,7 +133,7 @@ class InProcess:
             sent = True
             return _REQUEST
 
-        await self.app({**_SCOPE, "state": {}}, receive, self._send)
+        await self.app({**self.scope, "state": {}}, receive, self._send)
 
     async def run(self, requests: int) -> float:
         """Serve ``requests`` requests one after another; µs per request."""

@@ -10,12 +10,14 @@ backend:
   APF, over real HTTP and (wait only) in fake time;
 * ``docs/perf-engine-cost.png`` — engine cost per request against queues and flows, and
   against the number of queued requests;
+* ``docs/perf-overload.png`` — goodput against offered load, 1× to 10× the capacity, one line per
+  contender, and the mice's p99 (:mod:`benchmarks.overload`);
 * ``docs/perf-adaptive.png`` — the adaptive server limit, Gradient and AIMD side by side: the
   learned ServerCL and the execution time's p99 against time while the backend's capacity
   halves and recovers, simulated on the spot in fake time (:mod:`benchmarks.adaptive_sim`,
   deterministic; about a minute).
 
-``--only NAME`` draws one of them (``http``, ``mice``, ``engine``, ``adaptive``).
+``--only NAME`` draws one of them (``http``, ``mice``, ``engine``, ``adaptive``, ``overload``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import matplotlib
@@ -31,11 +34,19 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
 from benchmarks.servers import REPO_ROOT
 
-__all__ = ["adaptive_limit", "engine_cost", "http_throughput", "main", "mice_latency"]
+__all__ = [
+    "adaptive_limit",
+    "engine_cost",
+    "http_throughput",
+    "main",
+    "mice_latency",
+    "overload_goodput",
+]
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 DOCS = REPO_ROOT / "docs"
@@ -44,11 +55,21 @@ _COLORS = {
     "apf": "#1f77b4",
     "semaphore": "#d62728",
     "limit-concurrency": "#ff7f0e",
+    "apf-retry": "#17becf",
+    "apf-seats-22": "#9467bd",
 }
 
 
 #: The plots ``--only`` can name.
-PLOTS: tuple[str, ...] = ("http", "mice", "engine", "adaptive")
+PLOTS: tuple[str, ...] = ("http", "mice", "engine", "adaptive", "overload")
+
+
+def _save(fig: Figure, out: Path, title: str, *, dpi: int = 110, fontsize: int = 9) -> None:
+    """Title the figure, lay it out, write it to ``out`` and free it."""
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
 
 
 def _load(results: Path, name: str) -> dict[str, Any] | None:
@@ -163,10 +184,7 @@ def engine_cost(result: dict[str, Any], out: Path) -> None:
     right.legend(fontsize=8)
     right.grid(True, alpha=0.3)
     build = result.get("build", {}).get("build", "?")
-    fig.suptitle(f"Engine cost under saturation (apf_limiter {build})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _save(fig, out, f"Engine cost under saturation (apf_limiter {build})", fontsize=10)
 
 
 def _plain_log(ax: Axes, ticks: tuple[float, ...]) -> None:
@@ -234,14 +252,52 @@ def adaptive_limit(out: Path, capacity: int = 20) -> None:
         bottom.legend(fontsize=8, loc="upper right")
     axes[0, 0].set_ylabel("ServerCL (seats)")
     axes[1, 0].set_ylabel("execution time, p99 per second (ms)")
-    fig.suptitle(
+    title = (
         f"Adaptive server limit, fake time: processor-sharing backend, knee C = {capacity} "
-        f"halving at 120 s and back at 200 s, {LOAD:g} × load, two levels (50 ms, 200 ms)",
-        fontsize=9,
+        f"halving at 120 s and back at 200 s, {LOAD:g} × load, two levels (50 ms, 200 ms)"
     )
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _save(fig, out, title, dpi=100)
+
+
+def overload_goodput(result: dict[str, Any], out: Path) -> None:
+    """Goodput (left) and the mice's p99 (right) against offered load, one line per contender.
+
+    The median over the rounds of :mod:`benchmarks.overload`'s runs; a mouse not answered in
+    time counts as the clients' timeout, so a line at the timeout means the mice starved.
+    """
+    by_contender: dict[str, dict[float, list[dict[str, Any]]]] = {}
+    for run in result["runs"]:
+        by_contender.setdefault(run["contender"], {}).setdefault(run["multiple"], []).append(run)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, runs in by_contender.items():
+        multiples = sorted(runs)
+        style = {"color": _COLORS.get(name, "#444444"), "marker": "o", "label": name}
+        if name == "apf-retry":
+            style["linestyle"] = "--"
+        goodput = [median(r["goodput"] for r in runs[m]) for m in multiples]
+        mice = [median(r["mice_p99"] for r in runs[m]) * 1000 for m in multiples]
+        left.plot(multiples, goodput, **style)
+        right.plot(multiples, mice, **style)
+    left.axhline(0.95, color="#2ca02c", lw=1, ls=":", label="target 0.95")
+    left.set_ylim(-0.03, 1.1)
+    left.set_ylabel("goodput (answers within the timeout / capacity)")
+    _plain_log(right, (50, 100, 200, 500, 1000, 2000))
+    right.set_ylabel("mice p99 (ms; not answered = the timeout)")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(sorted({r["multiple"] for r in result["runs"]})))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("offered load (× capacity)")
+        ax.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=8, loc="lower left")
+    build = result.get("build", {}).get("build", "?")
+    title = (
+        f"Open-loop overload: a pool of {result['pool']} held {result['hold_ms']} ms "
+        f"({result['capacity_rps']:g} req/s), clients give up after {result['timeout']:g} s; "
+        f"{result['rounds']} round(s) × {result['duration']:g} s per point, apf_limiter {build}"
+    )
+    _save(fig, out, title)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -252,20 +308,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=PLOTS, help="draw this plot only")
     args = parser.parse_args(argv)
     chosen = PLOTS if args.only is None else (args.only,)
-    if "http" in chosen:
-        http = _load(args.results, "http.json")
-        if http is not None:
-            http_throughput(http, args.docs / "perf-http-throughput.png")
-            print(f"wrote {args.docs / 'perf-http-throughput.png'}")
+    # Plot -> (result file, the function drawing it, its PNG, the benchmark writing the file).
+    from_results = {
+        "http": ("http.json", http_throughput, "perf-http-throughput.png", "http_bench"),
+        "mice": ("fairness.json", mice_latency, "perf-mice-latency.png", "fairness_bench"),
+        "overload": ("overload.json", overload_goodput, "perf-overload.png", "overload"),
+    }
+    for name, (file, draw, png, benchmark) in from_results.items():
+        if name not in chosen:
+            continue
+        result = _load(args.results, file)
+        if result is not None:
+            draw(result, args.docs / png)
+            print(f"wrote {args.docs / png}")
         else:
-            print("no benchmarks/results/http.json: run python -m benchmarks.http_bench")
-    if "mice" in chosen:
-        fairness = _load(args.results, "fairness.json")
-        if fairness is not None:
-            mice_latency(fairness, args.docs / "perf-mice-latency.png")
-            print(f"wrote {args.docs / 'perf-mice-latency.png'}")
-        else:
-            print("no benchmarks/results/fairness.json: run python -m benchmarks.fairness_bench")
+            print(f"no benchmarks/results/{file}: run python -m benchmarks.{benchmark}")
     if "engine" in chosen:
         saturation = _load(args.results, "saturation.json")
         if saturation is None:
