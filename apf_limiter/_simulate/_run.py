@@ -20,6 +20,7 @@ events at the same nanosecond run in the order they were scheduled.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from array import array
 from collections import deque
@@ -125,13 +126,18 @@ class Simulation:
         self.wait_ns = round(config.request_wait_limit * 1e9)
         self.sample_period = max(sample_period or self.period, self.period)
         self.next_sample = 0.0
+        # Events: (time ns, sequence, kind, object); the sequence orders events of one
+        # nanosecond as they were scheduled.
         self.heap: list[tuple[int, int, int, Any]] = []
         self.wait_limits: deque[tuple[int, int, Request]] = deque()
-        self.seq = 0
+        self._sequence = itertools.count(1)
         self.tick_pending = False
         self.executing = 0
         self.tallies: dict[tuple[str, str, str], Tally] = {}
         self.flows: dict[tuple[str, str], HeavyFlow] = {}
+        # Both records of a request, by (scenario flow, flow schema, distinguisher): one
+        # lookup per request instead of two (a flow schema has one priority level).
+        self._targets: dict[tuple[str, str, str], tuple[Tally, HeavyFlow]] = {}
         self.samples: list[Sample] = []
         self.outcomes: list[Outcome] | None = [Outcome() for _ in range(record)] if record else None
         self.events = 0
@@ -143,20 +149,25 @@ class Simulation:
     def run(self, sources: Iterable[Source]) -> RunResult:
         """Run every source's arrivals, then until every request has ended."""
         heap = self.heap
+        sequence = self._sequence
+        heappush = heapq.heappush
+        heappop = heapq.heappop
         for source in sources:
             first = source.first()
             if first >= 0:
-                self._push(first, _ARRIVAL, source)
+                heappush(heap, (first, next(sequence), _ARRIVAL, source))
         controller = self.controller
         start = controller.start
         finish = controller.finish
-        heappush = heapq.heappush
-        heappop = heapq.heappop
+        dispatched = self._dispatched
         # Wait limits all have the same length, so they fall due in the order they were set:
         # a FIFO instead of the heap, merged by (time, sequence) as one timer queue would be.
         wait_limits = self.wait_limits
         wait_ns = self.wait_ns
-        tallies = self.tallies
+        targets = self._targets
+        # Recording outcomes takes every request through _dispatched (tests compare both).
+        inline = self.outcomes is None
+        next_adjustment = self.next_adjustment
         events = 0
         now_ns = 0
         obj: Any
@@ -170,38 +181,41 @@ class Simulation:
                 now_ns, _, kind, obj = heappop(heap)
             events += 1
             now = now_ns / 1e9
-            if now >= self.next_adjustment:
+            if now >= next_adjustment:
                 self._catch_up(now)
+                next_adjustment = self.next_adjustment
             if kind == _ARRIVAL:
                 job = obj.take(now_ns)
-                if obj.next_ns >= 0:
-                    self.seq += 1
-                    heappush(heap, (obj.next_ns, self.seq, _ARRIVAL, obj))
+                following = obj.next_ns
+                if following >= 0:
+                    heappush(heap, (following, next(sequence), _ARRIVAL, obj))
                 request, effects = start(job.digest, now)
                 request.handle = job
                 if effects is not NO_EFFECTS:
-                    self._wake(effects.dispatched, now_ns)
+                    for other in effects.dispatched:
+                        dispatched(other, now_ns)
                 state = request.state
                 if state is _EXECUTING:
                     # At once (the fast path): no wait, no heavy-flow wait sum to add.
-                    key = (job.flow, request.flow_schema, request.priority_level)
-                    tally = tallies.get(key)
-                    if tally is None or self.outcomes is not None or job.per_request:
-                        self._dispatched(request, now_ns)
+                    target = targets.get((job.flow, request.flow_schema, request.distinguisher))
+                    if target is None or not inline or job.per_request:
+                        dispatched(request, now_ns)
                         continue
+                    tally, flow = target
                     tally.served += 1
                     tally.waits.append(0.0)
-                    self._flow(request).served += 1
+                    flow.served += 1
                     self.executing += 1
-                    self.seq += 1
-                    heappush(heap, (now_ns + round(job.service * 1e9), self.seq, _FINISH, request))
+                    heappush(
+                        heap,
+                        (now_ns + round(job.service * 1e9), next(sequence), _FINISH, request),
+                    )
                 elif state is _WAITING:
                     opened = controller.open_level(request, now)
                     if opened is not NO_EFFECTS:
                         self._settle(opened, now_ns)
                     if request.state is _WAITING:
-                        self.seq += 1
-                        wait_limits.append((now_ns + wait_ns, self.seq, request))
+                        wait_limits.append((now_ns + wait_ns, next(sequence), request))
                         if not self.tick_pending:
                             self._arm_tick()
                 else:
@@ -211,9 +225,18 @@ class Simulation:
                 self.executing -= 1
                 effects = finish(request, now)
                 if request.state is _LINGERING:
-                    self._push(now_ns + request.additional_latency_ns, _RELEASE, request)
+                    heappush(
+                        heap,
+                        (
+                            now_ns + request.additional_latency_ns,
+                            next(sequence),
+                            _RELEASE,
+                            request,
+                        ),
+                    )
                 if effects is not NO_EFFECTS:
-                    self._settle(effects, now_ns)
+                    for other in effects.dispatched:
+                        dispatched(other, now_ns)
                 if request.handle.source is not None:
                     self._client_next(request.handle, now_ns)
             elif kind == _WAIT_LIMIT:
@@ -227,6 +250,7 @@ class Simulation:
             else:  # the borrowing timer (while requests wait)
                 self.tick_pending = False
                 self._catch_up(now)
+                next_adjustment = self.next_adjustment
                 if controller.waiting_requests:
                     self._arm_tick()
         self.events = events
@@ -241,8 +265,7 @@ class Simulation:
         )
 
     def _push(self, when: int, kind: int, obj: object) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (when, self.seq, kind, obj))
+        heapq.heappush(self.heap, (when, next(self._sequence), kind, obj))
 
     def _arm_tick(self) -> None:
         self.tick_pending = True
@@ -259,19 +282,32 @@ class Simulation:
         for request in dispatched:
             self._dispatched(request, now_ns)
 
+    def _target(self, job: Job, request: Request) -> tuple[Tally, HeavyFlow]:
+        """The records of a request's scenario flow and engine flow (made at its first)."""
+        key = (job.flow, request.flow_schema, request.distinguisher)
+        target = self._targets.get(key)
+        if target is None:
+            tally_key = (job.flow, request.flow_schema, request.priority_level)
+            tally = self.tallies.get(tally_key)
+            if tally is None:
+                tally = self.tallies[tally_key] = Tally()
+            flow_key = (request.flow_schema, request.distinguisher)
+            flow = self.flows.get(flow_key)
+            if flow is None:
+                flow = self.flows[flow_key] = HeavyFlow()
+            target = self._targets[key] = (tally, flow)
+        return target
+
     def _dispatched(self, request: Request, now_ns: int) -> None:
         """A request got its seats: record its wait, and schedule its end."""
         job: Job = request.handle
         wait = request.start_time - request.arrival_time
         if wait < 0.0:
             wait = 0.0
-        key = (job.flow, request.flow_schema, request.priority_level)
-        tally = self.tallies.get(key)
-        if tally is None:
-            tally = self.tallies[key] = Tally()
+        target = self._targets.get((job.flow, request.flow_schema, request.distinguisher))
+        tally, flow = target if target is not None else self._target(job, request)
         tally.served += 1
         tally.waits.append(wait)
-        flow = self._flow(request)
         flow.served += 1
         flow.wait_sum += wait
         service = job.service
@@ -284,34 +320,28 @@ class Simulation:
                 wait, None, None, request.flow_schema, request.priority_level
             )
         # It runs from its dispatch (start_time), never before the event that woke it.
-        start_ns = max(round(request.start_time * 1e9), now_ns)
-        self._push(start_ns + round(service * 1e9), _FINISH, request)
+        start_ns = round(request.start_time * 1e9)
+        if start_ns < now_ns:
+            start_ns = now_ns
+        heapq.heappush(
+            self.heap, (start_ns + round(service * 1e9), next(self._sequence), _FINISH, request)
+        )
 
     def _ended(self, request: Request, now_ns: int, retry_after: int) -> None:
         """A request was rejected on arrival or timed out in its queue."""
         job: Job = request.handle
         reason = request.reject_reason
-        key = (job.flow, request.flow_schema, request.priority_level)
-        tally = self.tallies.get(key)
-        if tally is None:
-            tally = self.tallies[key] = Tally()
+        tally, flow = self._target(job, request)
         tally.rejected[reason] = tally.rejected.get(reason, 0) + 1
         pair = (reason, retry_after)
         tally.retry_after[pair] = tally.retry_after.get(pair, 0) + 1
-        self._flow(request).rejected += 1
+        flow.rejected += 1
         outcomes = self.outcomes
         if outcomes is not None and job.tag >= 0:
             outcomes[job.tag] = Outcome(
                 None, reason, retry_after, request.flow_schema, request.priority_level
             )
         self._client_next(job, now_ns)
-
-    def _flow(self, request: Request) -> HeavyFlow:
-        key = (request.flow_schema, request.distinguisher)
-        flow = self.flows.get(key)
-        if flow is None:
-            flow = self.flows[key] = HeavyFlow()
-        return flow
 
     def _client_next(self, job: Job, now_ns: int) -> None:
         source = job.source

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Final
 
 from apf_limiter._digest import RequestDigest
@@ -54,16 +55,25 @@ class Job:
         return True
 
 
-def draw(distribution: Distribution, rng: random.Random) -> float:
-    """One value of ``distribution``, in seconds."""
+def sampler(distribution: Distribution, rng: random.Random) -> Callable[[], float]:
+    """A function drawing values of ``distribution``, in seconds, from ``rng``.
+
+    Its arguments are computed once (``1 / mean``, ``log(median)``): the same values as
+    computing them at each draw, without the work.
+    """
     kind = distribution.kind
+    a = distribution.a
     if kind == "constant":
-        return distribution.a
+        return partial(_constant, a)
     if kind == "exponential":
-        return rng.expovariate(1.0 / distribution.a)
+        return partial(rng.expovariate, 1.0 / a)
     if kind == "lognormal":
-        return rng.lognormvariate(math.log(distribution.a), distribution.b)
-    return rng.uniform(distribution.a, distribution.b)
+        return partial(rng.lognormvariate, math.log(a), distribution.b)
+    return partial(rng.uniform, a, distribution.b)
+
+
+def _constant(value: float) -> float:
+    return value
 
 
 class Source:
@@ -90,18 +100,15 @@ class _FlowSource(Source):
     def __init__(self, flow: Flow, rng: random.Random) -> None:
         self.flow = flow
         self.rng = rng
-        self._digests: dict[int, RequestDigest] = {}
+        self._digests: list[RequestDigest | None] = [None] * max(flow.users, 1)
         self.stop = flow.stop
+        self._service = sampler(flow.service, rng)
 
-    def job(self, client: int | None = None) -> Job:
-        flow = self.flow
-        index = (
-            client
-            if client is not None
-            else (self.rng.randrange(flow.users) if flow.users > 1 else 0)
-        )
-        digest = self._digests.get(index)
+    def digest(self, index: int) -> RequestDigest:
+        """The digest of the flow's user ``index`` (one object per user, made once)."""
+        digest = self._digests[index]
         if digest is None:
+            flow = self.flow
             digest = self._digests[index] = RequestDigest(
                 user=flow.user.replace("{i}", str(index)),
                 groups=flow.groups,
@@ -111,31 +118,90 @@ class _FlowSource(Source):
                 final_seats=flow.final_seats,
                 additional_latency=flow.additional_latency,
             )
-        service = draw(flow.service, self.rng)
-        return Job(flow.name, digest, service, flow.service.per_request)
+        return digest
+
+    def job(self, client: int | None = None) -> Job:
+        flow = self.flow
+        index = (
+            client
+            if client is not None
+            else (self.rng.randrange(flow.users) if flow.users > 1 else 0)
+        )
+        digest = self.digest(index)
+        return Job(flow.name, digest, self._service(), flow.service.per_request)
+
+
+#: Open-loop arrivals drawn ahead at a time: the same draws in the same order, fewer calls.
+_CHUNK: Final = 512
 
 
 class OpenSource(_FlowSource):
-    """Open loop: Poisson or evenly spaced arrivals at ``rate`` from ``start`` to ``stop``."""
+    """Open loop: Poisson or evenly spaced arrivals at ``rate`` from ``start`` to ``stop``.
+
+    Arrivals are drawn ahead, :data:`_CHUNK` at a time, from the flow's own generator, in the
+    order one at a time would draw them (the user, the service time, the gap to the next):
+    nothing else draws from it, so the traffic is the same.
+    """
 
     def __init__(self, flow: Flow, rng: random.Random) -> None:
         super().__init__(flow, rng)
         self.poisson = flow.arrivals == "poisson"
         self.gap = 1.0 / flow.rate
         self.at = flow.start
-        self._advance(first=True)
-
-    def _advance(self, first: bool = False) -> None:
         if self.poisson:
-            self.at += self.rng.expovariate(self.flow.rate)
-        elif not first:
-            self.at += self.gap
+            self.at += rng.expovariate(flow.rate)
         self.next_ns = round(self.at * _NS) if self.at < self.stop else -1
+        self._jobs: list[Job] = []
+        self._times: list[int] = []
+        self._index = 0
 
     def take(self, now_ns: int) -> Job:
-        job = self.job()
-        self._advance()
-        return job
+        index = self._index
+        if index >= len(self._jobs):
+            self._draw_ahead()
+            index = 0
+        self._index = index + 1
+        self.next_ns = self._times[index]
+        return self._jobs[index]
+
+    def _draw_ahead(self) -> None:
+        """Draw the next :data:`_CHUNK` arrivals (fewer if the flow stops first)."""
+        flow = self.flow
+        rng = self.rng
+        users = flow.users
+        randrange = rng.randrange
+        service = self._service
+        expovariate = rng.expovariate
+        rate = flow.rate
+        poisson = self.poisson
+        gap = self.gap
+        stop = self.stop
+        name = flow.name
+        per_request = flow.service.per_request
+        digests = self._digests
+        digest = self.digest
+        at = self.at
+        jobs: list[Job] = []
+        times: list[int] = []
+        for _ in range(_CHUNK):
+            index = randrange(users) if users > 1 else 0
+            known = digests[index]
+            jobs.append(
+                Job(name, known if known is not None else digest(index), service(), per_request)
+            )
+            if poisson:
+                at += expovariate(rate)
+            else:
+                at += gap
+            if at < stop:
+                times.append(round(at * _NS))
+            else:
+                times.append(-1)
+                break
+        self.at = at
+        self._jobs = jobs
+        self._times = times
+        self._index = 0
 
 
 class BurstSource(_FlowSource):
@@ -162,14 +228,15 @@ class ClientSource(_FlowSource):
     def __init__(self, flow: Flow, rng: random.Random, client: int) -> None:
         super().__init__(flow, rng)
         self.client = client
+        self._think_time = sampler(flow.think, rng) if flow.think is not None else None
         think = self._think()
         # Clients start spread over one think time, not all in the same nanosecond.
         at = flow.start + rng.random() * think
         self.next_ns = round(at * _NS) if at < self.stop else -1
 
     def _think(self) -> float:
-        think = self.flow.think
-        return draw(think, self.rng) if think is not None else 0.0
+        think = self._think_time
+        return think() if think is not None else 0.0
 
     def take(self, now_ns: int) -> Job:
         job = self.job(self.client % self.flow.users)

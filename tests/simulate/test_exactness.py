@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from apf_limiter import RequestDigest
 from apf_limiter._simulate._run import Outcome, Simulation
-from apf_limiter._simulate._scenario import parse_scenario
+from apf_limiter._simulate._scenario import Scenario, parse_scenario
 from apf_limiter._simulate._sources import ListSource, Source, scenario_sources
 from apf_limiter.config import load_config
 from tests.limiter.test_shadow_equivalence import _ARRIVAL, _SHAPE, Arrival, _config, _digest, _run
@@ -129,11 +129,12 @@ def _expand(sources: list[Source]) -> list[tuple[float, str, RequestDigest, floa
     return arrivals
 
 
-def test_a_scenario_runs_as_its_arrivals_sent_to_a_live_shadow_limiter() -> None:
-    # A scenario with load-independent service times: a flooding tenant and mice, Poisson
-    # arrivals, a burst, seats > 1; through the live limiter in shadow mode and simulated.
-    config = _config(6, 1.5, [(10, 50, False, 4), (10, 0, False, 2), (5, 0, True, 1)])
-    scenario = parse_scenario(
+_SCENARIO_CONFIG = _config(6, 1.5, [(10, 50, False, 4), (10, 0, False, 2), (5, 0, True, 1)])
+
+
+def _flooding_scenario() -> Scenario:
+    """A flooding tenant and mice, Poisson arrivals, a burst, seats > 1: hundreds of requests."""
+    return parse_scenario(
         {
             "duration": 20,
             "seed": 3,
@@ -175,7 +176,18 @@ def test_a_scenario_runs_as_its_arrivals_sent_to_a_live_shadow_limiter() -> None
             ],
         }
     )
-    arrivals = _expand(scenario_sources(scenario))
+
+
+def _trace_of() -> tuple[dict[str, Any], list[tuple[float, str, RequestDigest, float]]]:
+    """The configuration of the flooding scenario, and the scenario's arrivals in order."""
+    return _SCENARIO_CONFIG, _expand(scenario_sources(_flooding_scenario()))
+
+
+def test_a_scenario_runs_as_its_arrivals_sent_to_a_live_shadow_limiter() -> None:
+    # A scenario with load-independent service times, through the live limiter in shadow
+    # mode and simulated.
+    scenario = _flooding_scenario()
+    config, arrivals = _trace_of()
     assert len(arrivals) > 300
     users = ("u1", "u2", "u3", "u4", "u5", "u6")
     levels = ("alpha", "beta", "gamma")
