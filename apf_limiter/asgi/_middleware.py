@@ -194,6 +194,10 @@ class APFMiddleware:
         """Serve one ASGI connection: admit ``http``/``websocket`` scopes, pass others on."""
         kind = scope["type"]
         if kind != "http" and kind != "websocket":
+            if kind == "lifespan":
+                # Arms the limiter's timer in the server's loop: a server that gets no request
+                # still applies a changed configuration file.
+                self._limiter.run_due()
             if kind == "lifespan" and self._owns_limiter:
                 await self.app(scope, receive, closing_at_shutdown(send, self._limiter))
             else:

@@ -107,7 +107,7 @@ class Core:
         self.controller = Controller(effective, hash_seed=self.hash_seed, now=now)
         # The periodic work, each piece a job (the configuration file's checks join with
         # Limiter.from_file).
-        self.scheduler = scheduler = Scheduler()
+        self.scheduler = scheduler = Scheduler(self.clock)
         self.adjustments = Adjustments(
             self.clock, self.controller, self.settle, self.config.borrowing_period, now, scheduler
         )

@@ -331,13 +331,19 @@ class Limiter(HoldsCore):
     def run_due(self) -> None:
         """Run the work that fell due: borrowing adjustments, and a configuration file check.
 
-        Every admission and release does this on its own, and while requests wait a timer
-        does; call it to bring :meth:`statistics` up to date after a quiet spell.
+        Every admission and release does this on its own; while an event loop runs, a timer
+        does it for the configuration file's checks and the adaptive limit's updates (armed
+        by the first call into the limiter in that loop, this one included), and while
+        requests wait another runs the borrowing adjustments. The debug dumps, the dashboard
+        and the metrics call it before they read; call it to bring :meth:`statistics` up to
+        date after a quiet spell.
         """
-        self._core.run_due()
+        core = self._core
+        core.run_due()
+        core.scheduler.arm()
 
     def close(self) -> None:
-        """Stop the borrowing timer and the configuration file's checks.
+        """Stop the timers (the scheduler's, the borrowing one) and the configuration file's checks.
 
         Requests still release normally, and :meth:`reload` still reads the file on demand.
         A check in flight on the worker thread is waited for (its outcome is dropped).
@@ -345,6 +351,7 @@ class Limiter(HoldsCore):
         adjustments = self._core.adjustments
         adjustments.closed = True
         adjustments.cancel_borrowing_timer()
+        self._core.scheduler.close()
         if self._reloader is not None:
             self._reloader.close()
 
