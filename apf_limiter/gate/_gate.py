@@ -33,7 +33,7 @@ from apf_limiter.gate._deadline import Deadlines
 from apf_limiter.gate._long_running import LongRunningCaps
 from apf_limiter.gate._options import SlowClients
 from apf_limiter.gate._ticket import DEADLINE, Ticket
-from apf_limiter.limiter import Admission, Limiter, check_wait_limit
+from apf_limiter.limiter import Admission, Limiter, ShadowOutcome, check_wait_limit
 
 _DEFAULT_SLOW_CLIENTS: Final = SlowClients()
 _INF: Final = math.inf
@@ -122,13 +122,15 @@ class Gate(Deadlines):
             LookupError: If no flow schema matches.
         """
         counted: str | None = None
+        would: ShadowOutcome | None = None
         if long_running:
             caps = self._caps
             if caps is not None:
                 entered = caps.enter(digest)
                 if isinstance(entered, Rejected):
                     raise entered
-                counted = entered
+                if entered is not None:
+                    counted, would = entered
         wait_limit = self._wait_limit
         bound = _INF
         if client_deadline is not None:  # the one test the option costs when off
@@ -143,6 +145,8 @@ class Gate(Deadlines):
                 self.leave(counted)
             raise
         ticket = Ticket(self, admission, admitted, long_running, counted)
+        if would is not None:
+            ticket.would_refuse = would
         # The deadline, inline (every request comes here): one shared timer per event loop.
         timeout = request_timeout
         if timeout is None:

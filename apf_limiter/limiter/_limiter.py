@@ -31,7 +31,7 @@ from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._config_file import ConfigFile, Outcome
 from apf_limiter.limiter._core import Core, HoldsCore
 from apf_limiter.limiter._reload import Reloader
-from apf_limiter.limiter._shadow import DEFAULT_MAX_SHADOW_TWINS
+from apf_limiter.limiter._shadow import DEFAULT_MAX_SHADOW_TWINS, ShadowOutcome
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
@@ -290,6 +290,30 @@ class Limiter(HoldsCore):
         return Rejected(
             reason, priority_level=priority_level, flow_schema=flow_schema, retry_after=retry_after
         )
+
+    def would_refuse(
+        self, flow_schema: str, priority_level: str, reason: RejectReason, *, retry_after: int
+    ) -> ShadowOutcome | None:
+        """:meth:`refuse` at a level in shadow mode: report the would-be refusal instead.
+
+        For a cap the caller keeps itself: at a level whose enforcement is ``Shadow`` the
+        request is not refused (it runs, as every request does there); the observer's
+        ``request_shadowed`` counts what enforcing would have done.
+
+        Args:
+            flow_schema: The request's flow schema (from :meth:`classify`).
+            priority_level: Its priority level.
+            reason: Why enforcing would refuse it.
+            retry_after: The ``Retry-After`` seconds the refusal would carry.
+
+        Returns:
+            The would-be outcome, or ``None`` when the level enforces: then call
+            :meth:`refuse`.
+        """
+        if self.config.enforcement_of(priority_level) != "Shadow":
+            return None
+        self._core.reporter.shadow_refused(priority_level, flow_schema, reason)
+        return ShadowOutcome(True, None, reason, retry_after)
 
     def statistics(self) -> LimiterStatistics:
         """Return a frozen snapshot of every priority level and flow schema (a pure read)."""

@@ -130,6 +130,16 @@ class Reporter:
             except Exception:
                 self.failed("request_shadowed")
 
+    def shadow_refused(self, priority_level: str, flow_schema: str, reason: str) -> None:
+        """A cap kept outside the limiter would have refused a shadow-mode request."""
+        observer = self.observer
+        method = None if observer is None else getattr(observer, "request_shadowed", None)
+        if method is not None:
+            try:
+                method(priority_level, flow_schema, None, reason)
+            except Exception:
+                self.failed("request_shadowed")
+
     def orphan(self, request: Request) -> None:
         """A request was given seats after its event loop had closed."""
         logger.warning(
