@@ -9,6 +9,18 @@ from __future__ import annotations
 from apf_limiter.config._model import AdaptiveConcurrency, Configuration
 
 
+def describe_rejection_status(config: Configuration) -> str:
+    """The rejection status in force, e.g. ``429`` or ``429 (503: batch, reports)``."""
+    others: dict[int, list[str]] = {}
+    for name, status in config.priority_level_rejection_status:
+        if status != config.rejection_status:
+            others.setdefault(status, []).append(name)
+    if not others:
+        return str(config.rejection_status)
+    exceptions = "; ".join(f"{status}: {', '.join(names)}" for status, names in others.items())
+    return f"{config.rejection_status} ({exceptions})"
+
+
 def describe_enforcement(config: Configuration) -> str:
     """The enforcement in force, e.g. ``Shadow`` or ``Enforce (Shadow: batch, reports)``.
 

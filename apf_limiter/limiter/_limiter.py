@@ -288,7 +288,11 @@ class Limiter(HoldsCore):
             exempt = False
         self._core.reporter.refused(priority_level, flow_schema, reason, retry_after, exempt)
         return Rejected(
-            reason, priority_level=priority_level, flow_schema=flow_schema, retry_after=retry_after
+            reason,
+            priority_level=priority_level,
+            flow_schema=flow_schema,
+            retry_after=retry_after,
+            status=self.config.rejection_status_of(priority_level),
         )
 
     def would_refuse(
@@ -314,6 +318,14 @@ class Limiter(HoldsCore):
             return None
         self._core.reporter.shadow_refused(priority_level, flow_schema, reason)
         return ShadowOutcome(True, None, reason, retry_after)
+
+    def level_usage(self, priority_level: str) -> tuple[int, int] | None:
+        """A level's current limit and the seats in use there now (a cheap read).
+
+        For response metadata such as the ``RateLimit`` header fields; ``None`` for an exempt
+        level or a level that does not exist (any more).
+        """
+        return self._core.controller.level_usage(priority_level)
 
     def statistics(self) -> LimiterStatistics:
         """Return a frozen snapshot of every priority level and flow schema (a pure read)."""
