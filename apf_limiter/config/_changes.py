@@ -50,9 +50,9 @@ def describe_adaptive(adaptive: AdaptiveConcurrency | None) -> str:
 def configuration_changes(old: Configuration, new: Configuration) -> list[str]:
     """What an operator must know changed from ``old`` to ``new``, one phrase per change.
 
-    Covers the enforcement (server-wide and per level), the server limit, the adaptive limit,
-    the wait limit and borrowing period, and the priority levels and flow schemas added,
-    removed or changed.
+    Covers the enforcement and the rejection status (server-wide and per level), the server
+    limit, the adaptive limit, the wait limit and borrowing period, and the priority levels
+    and flow schemas added, removed or changed.
 
     Returns:
         Phrases such as ``enforcement Shadow -> Enforce`` or ``priority level batch added``,
@@ -66,6 +66,14 @@ def configuration_changes(old: Configuration, new: Configuration) -> list[str]:
         was, now = old.enforcement_of(name), new.enforcement_of(name)
         if was != now and (was != old.enforcement or now != new.enforcement):
             changes.append(f"priority level {name} enforcement {was} -> {now}")
+    if old.rejection_status != new.rejection_status:
+        changes.append(f"rejection status {old.rejection_status} -> {new.rejection_status}")
+    for name in levels:
+        was_status, now_status = old.rejection_status_of(name), new.rejection_status_of(name)
+        if was_status != now_status and (
+            was_status != old.rejection_status or now_status != new.rejection_status
+        ):
+            changes.append(f"priority level {name} rejection status {was_status} -> {now_status}")
     if old.server_concurrency_limit != new.server_concurrency_limit:
         changes.append(
             f"server concurrency limit {old.server_concurrency_limit} -> "

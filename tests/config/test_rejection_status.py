@@ -60,3 +60,13 @@ async def test_a_rejection_carries_its_levels_status() -> None:
     refused = limiter.refuse("everyone", "test", "long-running-limit", retry_after=1)
     assert refused.status == 503
     assert Rejected("queue-full", priority_level="p", flow_schema="s", retry_after=1).status == 429
+
+
+def test_a_reload_logs_the_change() -> None:
+    from apf_limiter.config._changes import configuration_changes
+
+    old = load_config(single_level_config())
+    new = load_config({**single_level_config(), "priorityLevelRejectionStatus": {"test": 503}})
+    assert configuration_changes(old, new) == ["priority level test rejection status 429 -> 503"]
+    server_wide = load_config({**single_level_config(), "rejectionStatus": 503})
+    assert configuration_changes(old, server_wide) == ["rejection status 429 -> 503"]
