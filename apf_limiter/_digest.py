@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Final
 
 ANONYMOUS_USER = "system:anonymous"
 UNAUTHENTICATED_GROUP = "system:unauthenticated"
@@ -198,13 +199,26 @@ def _lower_case_names(headers: Mapping[str, str]) -> Mapping[str, str]:
     return MappingProxyType(lowered) if changed else headers
 
 
+#: The most seats a work estimate may name (initial or final): a 32-bit integer, as Kubernetes'
+#: API integers are. A request takes at most its level's maxSeats anyway; beyond this it is a
+#: bug in the estimate, refused with its value rather than carried into 64-bit seat-seconds.
+MAX_ESTIMATE_SEATS: Final = 2**31 - 1
+
+#: The longest additional latency a work estimate may name, in seconds (one hour). Seats held
+#: longer than any request may run are a bug in the estimate; and the engine's seat-seconds
+#: (unsigned 64-bit, 10 ns units) hold 100 seats for 58 years at most, so an unbounded latency
+#: wrapped them (or, at 1e300, raised ``OverflowError`` inside an admission).
+MAX_ADDITIONAL_LATENCY: Final = 3600.0
+
+
 def check_estimate(seats: int | None, final_seats: int, additional_latency: float) -> None:
     """Refuse a work estimate the engine cannot hold: seat counts must be whole numbers.
 
     Args:
-        seats: Initial seats (``None``: 1); an ``int`` of at least 1.
-        final_seats: A non-negative ``int``.
-        additional_latency: A finite, non-negative number of seconds.
+        seats: Initial seats (``None``: 1); an ``int`` from 1 to :data:`MAX_ESTIMATE_SEATS`.
+        final_seats: An ``int`` from 0 to :data:`MAX_ESTIMATE_SEATS`.
+        additional_latency: A finite number of seconds, from 0 to
+            :data:`MAX_ADDITIONAL_LATENCY`.
 
     Raises:
         ValueError: If a value is out of range or of the wrong type (a float seat count
@@ -214,12 +228,23 @@ def check_estimate(seats: int | None, final_seats: int, additional_latency: floa
         raise ValueError(f"seats must be an integer of at least 1, got {seats!r}")
     if isinstance(final_seats, bool) or not isinstance(final_seats, int) or final_seats < 0:
         raise ValueError(f"final_seats must be a non-negative integer, got {final_seats!r}")
+    for name, value in (("seats", seats), ("final_seats", final_seats)):
+        if value is not None and value > MAX_ESTIMATE_SEATS:
+            raise ValueError(
+                f"{name} must be at most {MAX_ESTIMATE_SEATS} (a 32-bit integer; a request "
+                f"takes at most its level's maxSeats), got {value!r}"
+            )
     if isinstance(additional_latency, bool) or not (
         isinstance(additional_latency, int | float) and math.isfinite(additional_latency)
     ):
         raise ValueError(f"additional_latency must be a number, got {additional_latency!r}")
     if additional_latency < 0:
         raise ValueError(f"additional_latency must not be negative, got {additional_latency!r}")
+    if additional_latency > MAX_ADDITIONAL_LATENCY:
+        raise ValueError(
+            f"additional_latency must be at most {MAX_ADDITIONAL_LATENCY:g} seconds (seats "
+            f"held longer than any request runs), got {additional_latency!r}"
+        )
 
 
 def _as_groups(groups: object) -> tuple[str, ...]:

@@ -55,6 +55,10 @@ class Rejected(Exception):
         priority_level: Name of the priority level the request was classified into.
         flow_schema: Name of the flow schema that matched the request.
         retry_after: Seconds the client should wait before retrying (1..32).
+        status: The HTTP status an HTTP front door answers with: 429 (the default, as
+            Kubernetes), or 503 at a level configured so (``rejectionStatus``,
+            ``priorityLevelRejectionStatus``).
+        distinguisher: The request's flow distinguisher (``""`` when its level computes none).
     """
 
     def __init__(
@@ -64,11 +68,15 @@ class Rejected(Exception):
         priority_level: str,
         flow_schema: str,
         retry_after: int,
+        status: int = 429,
+        distinguisher: str = "",
     ) -> None:
         self.reason: RejectReason = reason
         self.priority_level = priority_level
         self.flow_schema = flow_schema
         self.retry_after = retry_after
+        self.status = status
+        self.distinguisher = distinguisher
         super().__init__(
             f"request rejected ({reason}) at priority level {priority_level!r} "
             f"(flow schema {flow_schema!r}); retry after {retry_after}s"
@@ -78,13 +86,30 @@ class Rejected(Exception):
         # Keyword-only arguments defeat the default pickling of exceptions.
         return (
             _rebuild_rejected,
-            (self.reason, self.priority_level, self.flow_schema, self.retry_after),
+            (
+                self.reason,
+                self.priority_level,
+                self.flow_schema,
+                self.retry_after,
+                self.status,
+                self.distinguisher,
+            ),
         )
 
 
 def _rebuild_rejected(
-    reason: RejectReason, priority_level: str, flow_schema: str, retry_after: int
+    reason: RejectReason,
+    priority_level: str,
+    flow_schema: str,
+    retry_after: int,
+    status: int = 429,
+    distinguisher: str = "",
 ) -> Rejected:
     return Rejected(
-        reason, priority_level=priority_level, flow_schema=flow_schema, retry_after=retry_after
+        reason,
+        priority_level=priority_level,
+        flow_schema=flow_schema,
+        retry_after=retry_after,
+        status=status,
+        distinguisher=distinguisher,
     )

@@ -66,8 +66,9 @@ class Observer:
         ``queue_wait`` is the wait it would have had (0.0: it would have run at once), or
         ``None`` when it would have been rejected for ``reason`` (``queue-full``,
         ``concurrency-limit``, ``time-out``); ``reason`` ``dropped``: its twin was dropped by
-        the limiter's ``max_shadow_twins`` cap. The request itself was reported as dispatched
-        at once and finished, as it ran.
+        the limiter's ``max_shadow_twins`` cap while still queued. Called once per request: a
+        twin dropped after it got its seats was reported with its wait then. The request
+        itself was reported as dispatched at once and finished, as it ran.
         """
 
     def configuration_applied(self, config: Configuration) -> None:

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from apf_limiter.config._changes import describe_adaptive, describe_enforcement
+from apf_limiter.config._changes import (
+    describe_adaptive,
+    describe_enforcement,
+    describe_rejection_status,
+)
 from apf_limiter.config._model import (
     Configuration,
     FlowSchema,
@@ -209,6 +213,7 @@ def render_plan(
         f"Request wait limit: {_number(config.request_wait_limit)}s"
         f"   borrowing period: {_number(config.borrowing_period)}s",
         f"Enforcement: {describe_enforcement(config)}",
+        f"Rejection status: {describe_rejection_status(config)}",
         f"Adaptive concurrency: {describe_adaptive(config.adaptive_concurrency)}"
         + (
             " (learning starts from the server limit)"

@@ -124,7 +124,8 @@ class AiohttpMiddleware:
         self._identify = identify
         self._long_running = long_running
         self._on_reject = on_reject
-        self._headers = Headers(headers if headers is not None else ResponseHeaders(None, None))
+        shown = headers if headers is not None else ResponseHeaders(None, None)
+        self._headers = Headers(shown, self.gate)
         self._poll = float(disconnect_poll)
         if client_deadlines is not None and not isinstance(client_deadlines, ClientDeadlines):
             raise TypeError(f"client_deadlines must be a ClientDeadlines, got {client_deadlines!r}")
@@ -209,7 +210,7 @@ class AiohttpMiddleware:
             return rejection(rejected, self._headers)
         response = self._on_reject(request, rejected)
         response.headers.setdefault("Retry-After", str(rejected.retry_after))
-        self._headers.names(response, rejected.flow_schema, rejected.priority_level)
+        self._headers.refused(response, rejected)
         return response
 
     async def response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:

@@ -18,7 +18,7 @@ from aiohttp import web
 from apf_limiter._errors import Rejected
 from apf_limiter.asgi import REJECTION_DETAIL, ResponseHeaders
 from apf_limiter.asgi._responses import CLIENT_CLOSED_REQUEST, DEADLINE_DETAIL, header_name
-from apf_limiter.gate import Ticket, seconds_value
+from apf_limiter.gate import Gate, Ticket, seconds_value
 
 
 def _json(detail: str) -> bytes:
@@ -39,18 +39,36 @@ class Headers:
 
     Args:
         shown: Which headers to add, and their names.
+        gate: The gate computing the RateLimit fields (``shown.rate_limit``).
 
     Raises:
         ValueError: If a name cannot be a header name.
     """
 
-    __slots__ = ("flow_schema", "priority_level", "shadow", "queue_wait")
+    __slots__ = ("flow_schema", "priority_level", "shadow", "queue_wait", "rate_limit")
 
-    def __init__(self, shown: ResponseHeaders) -> None:
+    def __init__(self, shown: ResponseHeaders, gate: Gate | None = None) -> None:
         self.flow_schema = _name(shown.flow_schema)
         self.priority_level = _name(shown.priority_level)
         self.shadow = _name(shown.shadow)
         self.queue_wait = _name(shown.queue_wait)
+        self.rate_limit = gate if shown.rate_limit is True else None
+
+    def rate_limited(
+        self,
+        response: web.StreamResponse,
+        priority_level: str,
+        flow_schema: str,
+        distinguisher: str,
+        reset: int | None = None,
+    ) -> None:
+        """Set the RateLimit fields (when on), unless the response set them."""
+        if self.rate_limit is None:
+            return
+        fields = self.rate_limit.rate_limit(priority_level, flow_schema, distinguisher, reset)
+        if fields is not None:
+            response.headers.setdefault("RateLimit-Policy", fields[0])
+            response.headers.setdefault("RateLimit", fields[1])
 
     def names(self, response: web.StreamResponse, flow_schema: str, priority_level: str) -> None:
         """Set the flow-schema and priority-level headers, unless the response set them."""
@@ -67,6 +85,8 @@ class Headers:
         have been decided in between.
         """
         self.names(response, ticket.flow_schema, ticket.priority_level)
+        if self.rate_limit is not None:
+            self.rated(response, ticket)
         if self.queue_wait is not None:
             response.headers[self.queue_wait] = seconds_value(ticket.queue_wait)
         if self.shadow is not None:
@@ -74,16 +94,33 @@ class Headers:
             if shadow is not None:
                 response.headers[self.shadow] = shadow
 
+    def rated(self, response: web.StreamResponse, ticket: Ticket) -> None:
+        """Set an admitted request's RateLimit fields, as they are now."""
+        self.rate_limited(
+            response, ticket.priority_level, ticket.flow_schema, ticket.admission.distinguisher
+        )
+
+    def refused(self, response: web.StreamResponse, rejected: Rejected) -> None:
+        """Set every header of a rejection's response (``Retry-After`` is the caller's)."""
+        self.names(response, rejected.flow_schema, rejected.priority_level)
+        self.rate_limited(
+            response,
+            rejected.priority_level,
+            rejected.flow_schema,
+            rejected.distinguisher,
+            rejected.retry_after,
+        )
+
 
 def rejection(rejected: Rejected, headers: Headers) -> web.Response:
-    """The 429 answering a rejected request, with ``Retry-After`` and the APF headers."""
+    """The rejection (429, or the level's ``rejectionStatus``), with Retry-After and headers."""
     response = web.Response(
-        status=429,
+        status=rejected.status,
         body=_REJECTION_BODY,
         content_type="application/json",
         headers={"Retry-After": str(rejected.retry_after)},
     )
-    headers.names(response, rejected.flow_schema, rejected.priority_level)
+    headers.refused(response, rejected)
     return response
 
 

@@ -34,6 +34,7 @@ from apf_limiter.asgi._responses import (
     HeaderNames,
     header_name,
     queue_wait_pair,
+    rate_limit_pairs,
     send_client_gone,
     send_expired,
     send_rejection,
@@ -173,6 +174,7 @@ class APFMiddleware:
         self._headers_enabled = self._headers.enabled
         self._shadow_header = header_name(shown.shadow)
         self._queue_wait_header = header_name(shown.queue_wait)
+        self._rate_limit = shown.rate_limit is True
         self._max_body_buffer = buffer.max
         self._body_budget = BodyBudget(buffer.total)
         self._times_bodies = self._gate.times_bodies
@@ -194,6 +196,10 @@ class APFMiddleware:
         """Serve one ASGI connection: admit ``http``/``websocket`` scopes, pass others on."""
         kind = scope["type"]
         if kind != "http" and kind != "websocket":
+            if kind == "lifespan":
+                # Arms the limiter's timer in the server's loop: a server that gets no request
+                # still applies a changed configuration file.
+                self._limiter.run_due()
             if kind == "lifespan" and self._owns_limiter:
                 await self.app(scope, receive, closing_at_shutdown(send, self._limiter))
             else:
@@ -243,6 +249,7 @@ class APFMiddleware:
                     extra = self._headers.cache.get(key) or self._headers.headers(*key)
                 if self._queue_wait_header is not None:  # after the wait: it is final
                     extra = [*(extra or ()), queue_wait_pair(self._queue_wait_header, ticket)]
+                rate_limit = self._rate_limit
                 server_send = send
                 if self._shadow_header is not None and admission.shadow is not None:
                     # Below ours, so that the outcome is read as the response starts.
@@ -263,10 +270,13 @@ class APFMiddleware:
                             admission.release()
                         return server_send(message)
                     if kind in STARTS:
+                        added = extra
+                        if rate_limit:  # read before a long-running request's seats go back
+                            added = [*(extra or ()), *self._rate_limit_pairs(ticket)]
                         # Tracked until the response starts even if long-running.
                         ticket.response_started(kind == "websocket.accept")
-                        if extra:
-                            headers = [*message.get("headers", ()), *extra]
+                        if added:
+                            headers = [*message.get("headers", ()), *added]
                             return server_send({**message, "headers": headers})
                         return server_send(message)
                     if (
@@ -353,7 +363,23 @@ class APFMiddleware:
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send, rejected: Rejected) -> None:
         headers = self._headers.headers(rejected.flow_schema, rejected.priority_level)
+        if self._rate_limit:
+            fields = self._gate.rate_limit(
+                rejected.priority_level,
+                rejected.flow_schema,
+                rejected.distinguisher,
+                rejected.retry_after,
+            )
+            if fields is not None:
+                headers = [*headers, *rate_limit_pairs(fields)]
         await send_rejection(scope, receive, send, rejected, headers, self._on_reject)
+
+    def _rate_limit_pairs(self, ticket: Ticket) -> list[tuple[bytes, bytes]]:
+        """The RateLimit fields of an admitted request, as it is now."""
+        fields = self._gate.rate_limit(
+            ticket.priority_level, ticket.flow_schema, ticket.admission.distinguisher
+        )
+        return [] if fields is None else rate_limit_pairs(fields)
 
     def __repr__(self) -> str:
         return f"<APFMiddleware {self._limiter!r} app={self.app!r}>"

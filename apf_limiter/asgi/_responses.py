@@ -108,6 +108,15 @@ def with_headers(message: Message, extra: list[tuple[bytes, bytes]]) -> Message:
     return {**message, "headers": [*message.get("headers", ()), *extra]}
 
 
+def rate_limit_pairs(fields: tuple[str, str]) -> list[tuple[bytes, bytes]]:
+    """The ``RateLimit-Policy`` and ``RateLimit`` header pairs of ``Gate.rate_limit``'s values."""
+    policy, current = fields
+    return [
+        (b"ratelimit-policy", policy.encode("ascii")),
+        (b"ratelimit", current.encode("ascii")),
+    ]
+
+
 def queue_wait_pair(name: bytes, ticket: Ticket) -> tuple[bytes, bytes]:
     """The queue-wait header pair of an admitted request (``ResponseHeaders.queue_wait``)."""
     return (name, seconds_value(ticket.queue_wait).encode("ascii"))
@@ -191,7 +200,7 @@ async def send_rejection(
     await send(
         {
             "type": prefix + "http.response.start",
-            "status": 429,
+            "status": rejected.status,  # 429, or the level's rejectionStatus
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(_BODY)).encode("ascii")),

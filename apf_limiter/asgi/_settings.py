@@ -62,12 +62,17 @@ class ResponseHeaders:
             ``"X-APF-Shadow"``.
         queue_wait: An admitted request's seconds in a queue (``0.012``; ``0`` if admitted at
             once), e.g. ``"X-APF-Queue-Wait"``.
+        rate_limit: Add the IETF ``RateLimit-Policy`` and ``RateLimit`` fields
+            (draft-ietf-httpapi-ratelimit-headers-10): the level's current limit as a quota of
+            ``concurrent-requests``, the seats left as the response starts, a partition key
+            per flow; ``t``, the ``Retry-After``, on a rejection. Not at exempt levels.
     """
 
     flow_schema: str | None = "X-APF-Flow-Schema"
     priority_level: str | None = "X-APF-Priority-Level"
     shadow: str | None = None
     queue_wait: str | None = None
+    rate_limit: bool = False
 
 
 #: No response headers at all.

@@ -22,16 +22,14 @@ or when they are dropped.
 
 When the wait ends, a ``receive()`` the helper has in flight is cancelled once the body is
 complete: then only a disconnect could come, and every server's wait for it is cancel-safe.
-While more body is due (under asyncio), the call is not cancelled but handed over: it runs in
-a task of its own, and the application's first ``receive()`` after the kept messages awaits
-it. The application starts at once all the same (it may answer without reading the body), and
-a ``receive`` built on an async generator (httpx's in-process transport, some wrappers), which
-loses a chunk when cancelled mid-call, loses nothing. A call that completed in the very turn
+While more body is due, the call is not cancelled but handed over: it runs in a task of its
+own (under trio a system task, which, unlike a task of the helper's nursery, may outlive it),
+and the application's first ``receive()`` after the kept messages awaits it. The application
+starts at once all the same (it may answer without reading the body), and a ``receive`` built
+on an async generator (httpx's in-process transport, some wrappers), which loses a chunk when
+cancelled mid-call, loses nothing. A call that completed in the very turn
 the wait ended is not cancelled but read: its message is replayed, or, a disconnect, acted on
 (the application never runs), since a server may report a disconnect only once (hypercorn).
-Under trio a task cannot outlive the
-helper's nursery, so the call is cancelled there, as Starlette cancels its own ``receive``
-calls.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -155,7 +154,7 @@ class ReplayReceive:
         messages: deque[Message],
         receive: Receive,
         error: BaseException | None,
-        pending: asyncio.Future[Message] | None = None,
+        pending: Pending | None = None,
         budget: BodyBudget | None = None,
     ) -> None:
         self._messages = messages
@@ -180,7 +179,7 @@ class ReplayReceive:
             # The server's receive() that was in flight when the wait ended: its message
             # comes next.
             self._pending = None
-            return await pending
+            return await _await_pending(pending)
         return await self._receive()
 
     def close(self) -> None:
@@ -191,7 +190,82 @@ class ReplayReceive:
         self._pending = None
 
 
-def _cancel(pending: asyncio.Future[Message] | None) -> None:
+class TrioPending:
+    """A ``receive()`` call under trio, in a system task: a future that may outlive a nursery.
+
+    It answers what the watcher asks of an asyncio future (``done``, ``cancelled``,
+    ``exception``, ``result``, ``cancel``), and :meth:`wait` awaits the message.
+    """
+
+    __slots__ = ("_event", "_scope", "_message", "_error", "_done", "_cancelled")
+
+    def __init__(self, receive: Receive) -> None:
+        import trio
+
+        self._event = trio.Event()
+        self._scope = trio.CancelScope()
+        self._message: Message | None = None
+        self._error: BaseException | None = None
+        self._done = False
+        self._cancelled = False
+        trio.lowlevel.spawn_system_task(self._run, receive)
+
+    async def _run(self, receive: Receive) -> None:
+        try:
+            with self._scope:
+                try:
+                    self._message = await receive()
+                except Exception as exc:  # the application meets it at its receive()
+                    self._error = exc
+        finally:
+            # Cancelled by cancel() (the scope caught it), or with the run itself (it
+            # propagates: a system task may end so).
+            self._cancelled = self._message is None and self._error is None
+            self._done = True
+            self._event.set()
+
+    def done(self) -> bool:
+        """Whether the call has ended (with a message, an error, or cancelled)."""
+        return self._done
+
+    def cancelled(self) -> bool:
+        """Whether the call was cancelled before it returned."""
+        return self._cancelled
+
+    def exception(self) -> BaseException | None:
+        """The call's error, if it raised (``done()`` first)."""
+        return self._error
+
+    def result(self) -> Message:
+        """The call's message (``done()``, and not cancelled or failed)."""
+        if self._error is not None:
+            raise self._error
+        if self._message is None:
+            raise RuntimeError("the receive() call was cancelled")
+        return self._message
+
+    def cancel(self) -> None:
+        """Cancel the call (nothing if it has ended)."""
+        self._scope.cancel()
+
+    async def wait(self) -> Message:
+        """Wait for the call to end; its message, or what it raised."""
+        await self._event.wait()
+        return self.result()
+
+
+#: A ``receive()`` in flight: an asyncio future, or its trio counterpart.
+Pending = Any
+
+
+async def _await_pending(pending: Pending) -> Message:
+    if isinstance(pending, TrioPending):
+        return await pending.wait()
+    message: Message = await pending
+    return message
+
+
+def _cancel(pending: Pending | None) -> None:
     if pending is not None:
         pending.cancel()
         if pending.done() and not pending.cancelled():
@@ -240,8 +314,8 @@ class _Watcher:
         # The body is complete (or the WebSocket's connect came): a receive() now waits only
         # for a disconnect, and may be cancelled.
         self.complete = False
-        # Under asyncio, the receive() in flight, in a task of its own (see the module docs).
-        self.pending: asyncio.Future[Message] | None = None
+        # The receive() in flight, in a task of its own (see the module docs).
+        self.pending: Pending | None = None
         self.handed_over = False
 
     async def run(self) -> None:
@@ -261,7 +335,15 @@ class _Watcher:
                         raise
                     self.pending = None
                 else:
-                    message = await self.receive()
+                    trio_pending = TrioPending(self.receive)
+                    self.pending = trio_pending
+                    try:
+                        message = await trio_pending.wait()
+                    except BaseException:
+                        if not self.handed_over:
+                            trio_pending.cancel()  # not wanted any more: a cancel-safe wait
+                        raise
+                    self.pending = None
             except Exception as exc:  # the application will meet it at its own receive()
                 self.error = exc
                 return
@@ -283,7 +365,7 @@ class _Watcher:
             self.complete = True
         return False
 
-    def hand_over(self, entered: bool) -> asyncio.Future[Message] | None:
+    def hand_over(self, entered: bool) -> Pending | None:
         """The ``receive()`` in flight, for the application, if more body is due; else None.
 
         A call that has completed already is not handed over: :meth:`take_completed` acts on
@@ -349,7 +431,7 @@ async def wait_watching_disconnect(
     watcher = _Watcher(receive, max_buffer, budget)
     entered = False
     rejected: Rejected | None = None
-    pending: asyncio.Future[Message] | None = None
+    pending: Pending | None = None
     try:
         async with anyio.create_task_group() as group:
             watcher.scope = group.cancel_scope

@@ -9,6 +9,18 @@ from __future__ import annotations
 from apf_limiter.config._model import AdaptiveConcurrency, Configuration
 
 
+def describe_rejection_status(config: Configuration) -> str:
+    """The rejection status in force, e.g. ``429`` or ``429 (503: batch, reports)``."""
+    others: dict[int, list[str]] = {}
+    for name, status in config.priority_level_rejection_status:
+        if status != config.rejection_status:
+            others.setdefault(status, []).append(name)
+    if not others:
+        return str(config.rejection_status)
+    exceptions = "; ".join(f"{status}: {', '.join(names)}" for status, names in others.items())
+    return f"{config.rejection_status} ({exceptions})"
+
+
 def describe_enforcement(config: Configuration) -> str:
     """The enforcement in force, e.g. ``Shadow`` or ``Enforce (Shadow: batch, reports)``.
 
@@ -38,9 +50,9 @@ def describe_adaptive(adaptive: AdaptiveConcurrency | None) -> str:
 def configuration_changes(old: Configuration, new: Configuration) -> list[str]:
     """What an operator must know changed from ``old`` to ``new``, one phrase per change.
 
-    Covers the enforcement (server-wide and per level), the server limit, the adaptive limit,
-    the wait limit and borrowing period, and the priority levels and flow schemas added,
-    removed or changed.
+    Covers the enforcement and the rejection status (server-wide and per level), the server
+    limit, the adaptive limit, the wait limit and borrowing period, and the priority levels
+    and flow schemas added, removed or changed.
 
     Returns:
         Phrases such as ``enforcement Shadow -> Enforce`` or ``priority level batch added``,
@@ -54,6 +66,14 @@ def configuration_changes(old: Configuration, new: Configuration) -> list[str]:
         was, now = old.enforcement_of(name), new.enforcement_of(name)
         if was != now and (was != old.enforcement or now != new.enforcement):
             changes.append(f"priority level {name} enforcement {was} -> {now}")
+    if old.rejection_status != new.rejection_status:
+        changes.append(f"rejection status {old.rejection_status} -> {new.rejection_status}")
+    for name in levels:
+        was_status, now_status = old.rejection_status_of(name), new.rejection_status_of(name)
+        if was_status != now_status and (
+            was_status != old.rejection_status or now_status != new.rejection_status
+        ):
+            changes.append(f"priority level {name} rejection status {was_status} -> {now_status}")
     if old.server_concurrency_limit != new.server_concurrency_limit:
         changes.append(
             f"server concurrency limit {old.server_concurrency_limit} -> "

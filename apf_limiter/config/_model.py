@@ -15,6 +15,7 @@ from apf_limiter.config._settings import (
     DEFAULT_ADAPTIVE_ALGORITHM,
     DEFAULT_BORROWING_PERIOD,
     DEFAULT_ENFORCEMENT,
+    DEFAULT_REJECTION_STATUS,
     DEFAULT_REQUEST_WAIT_LIMIT,
     DEFAULT_SERVER_CONCURRENCY_LIMIT,
 )
@@ -292,6 +293,11 @@ class Configuration:
             setting; Kubernetes has no dry run).
         priority_level_enforcement: Levels whose enforcement differs from ``enforcement``,
             as ``(level name, enforcement)`` pairs sorted by name.
+        rejection_status: The HTTP status of a rejection: 429 (Kubernetes') or 503 (what
+            uvicorn's concurrency limit answers); an apf_limiter setting, carried on
+            ``Rejected.status`` and answered by every HTTP front door.
+        priority_level_rejection_status: Levels whose rejection status differs from
+            ``rejection_status``, as ``(level name, status)`` pairs sorted by name.
         adaptive_concurrency: When set, ServerCL follows a limit learned from execution
             latency (an apf_limiter setting); ``None`` keeps ``server_concurrency_limit``.
     """
@@ -304,6 +310,8 @@ class Configuration:
     imagined_flow_schemas: tuple[str, ...] = ()
     enforcement: str = DEFAULT_ENFORCEMENT
     priority_level_enforcement: tuple[tuple[str, str], ...] = ()
+    rejection_status: int = DEFAULT_REJECTION_STATUS
+    priority_level_rejection_status: tuple[tuple[str, int], ...] = ()
     adaptive_concurrency: AdaptiveConcurrency | None = None
 
     def enforcement_of(self, level_name: str) -> str:
@@ -312,6 +320,13 @@ class Configuration:
             if name == level_name:
                 return enforcement
         return self.enforcement
+
+    def rejection_status_of(self, level_name: str) -> int:
+        """The HTTP status of a rejection at the level named ``level_name`` (429 or 503)."""
+        for name, status in self.priority_level_rejection_status:
+            if name == level_name:
+                return status
+        return self.rejection_status
 
     def priority_level(self, name: str) -> PriorityLevel:
         """Return the level named ``name``.

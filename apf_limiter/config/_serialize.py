@@ -22,6 +22,7 @@ from apf_limiter.config._model import (
     PriorityLevel,
     Subject,
 )
+from apf_limiter.config._settings import DEFAULT_REJECTION_STATUS
 
 FORMS: tuple[str, ...] = ("short", "kubernetes")
 _API_VERSION = f"{API_GROUP}/v1"
@@ -63,6 +64,10 @@ def _enforcement(config: Configuration) -> dict[str, object]:
         settings["enforcement"] = config.enforcement
     if config.priority_level_enforcement:
         settings["priorityLevelEnforcement"] = dict(config.priority_level_enforcement)
+    if config.rejection_status != DEFAULT_REJECTION_STATUS:
+        settings["rejectionStatus"] = config.rejection_status
+    if config.priority_level_rejection_status:
+        settings["priorityLevelRejectionStatus"] = dict(config.priority_level_rejection_status)
     if config.adaptive_concurrency is not None:
         settings["adaptiveConcurrency"] = serialize_adaptive(config.adaptive_concurrency)
     return settings

@@ -1,8 +1,8 @@
 """Server-wide settings: the server limit, wait limit, borrowing period and enforcement.
 
 The keys are ``serverConcurrencyLimit``, ``requestWaitLimit``, ``borrowingPeriod``,
-``enforcement``, ``priorityLevelEnforcement`` and ``adaptiveConcurrency`` (read by
-``config/_adaptive.py``).
+``enforcement``, ``priorityLevelEnforcement``, ``rejectionStatus``,
+``priorityLevelRejectionStatus`` and ``adaptiveConcurrency`` (read by ``config/_adaptive.py``).
 
 Their defaults, their bounds, and their reading and checking from the one document in our
 shape that holds them (settings are addressed by their bare names). Nothing else of the
@@ -25,6 +25,8 @@ SETTING_KEYS: tuple[str, ...] = (
     "borrowingPeriod",
     "enforcement",
     "priorityLevelEnforcement",
+    "rejectionStatus",
+    "priorityLevelRejectionStatus",
     "adaptiveConcurrency",
 )
 
@@ -58,6 +60,10 @@ MIN_BORROWING_PERIOD = 0.001
 #: once and only reports what enforcing would have done.
 ENFORCEMENTS: tuple[str, ...] = ("Enforce", "Shadow")
 DEFAULT_ENFORCEMENT = "Enforce"
+#: The HTTP status of a rejection: ``429 Too Many Requests`` (Kubernetes'), or ``503 Service
+#: Unavailable`` (what uvicorn's ``--limit-concurrency`` and most proxies answer).
+REJECTION_STATUSES: tuple[int, ...] = (429, 503)
+DEFAULT_REJECTION_STATUS = 429
 #: The algorithms of ``adaptiveConcurrency`` (``engine/_adaptive.py``); the default was chosen
 #: by ``benchmarks/adaptive_bench.py``.
 ADAPTIVE_ALGORITHMS: tuple[str, ...] = ("Gradient", "AIMD")
@@ -147,3 +153,45 @@ def read_enforcement(
         else:
             by_level[name] = value
     return enforcement, tuple(sorted(by_level.items()))
+
+
+def read_rejection_status(
+    reader: Reader | None, level_names: set[str], problems: Problems
+) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Read ``rejectionStatus`` and ``priorityLevelRejectionStatus`` (level name to status).
+
+    Args:
+        reader: Reader of the document holding the settings, or ``None`` when none does.
+        level_names: The configured priority levels' names (mandatory ones included).
+        problems: Where problems are recorded.
+
+    Returns:
+        The rejection status of every level, and the levels that override it (sorted by name).
+    """
+    if reader is None:
+        return DEFAULT_REJECTION_STATUS, ()
+    supported = tuple(str(status) for status in REJECTION_STATUSES)
+    status = reader.integer("rejectionStatus")
+    if status is None:
+        status = DEFAULT_REJECTION_STATUS
+    elif status not in REJECTION_STATUSES:
+        problems.not_supported("rejectionStatus", status, supported)
+    overrides = reader.mapping("priorityLevelRejectionStatus", None)
+    if overrides is None:
+        return status, ()
+    by_level: dict[str, int] = {}
+    for name in overrides.raw:
+        if not isinstance(name, str):
+            problems.wrong_type(overrides.path, name, "level names must be strings")
+            continue
+        value = overrides.integer(name)
+        if value is None:
+            continue
+        path = overrides.child_path(name)
+        if value not in REJECTION_STATUSES:
+            problems.not_supported(path, value, supported)
+        elif name not in level_names:
+            problems.not_found(path, name, "no priority level of this name")
+        else:
+            by_level[name] = value
+    return status, tuple(sorted(by_level.items()))

@@ -56,6 +56,7 @@ from apf_limiter.config._settings import (
     SETTING_KEYS,
     check_max_file_size,
     read_enforcement,
+    read_rejection_status,
     read_settings,
 )
 from apf_limiter.config._text import (
@@ -186,6 +187,7 @@ def load_documents(documents: Sequence[object]) -> Configuration:
         level_names = {level.name for level in builtin.priority_levels}
     schema_drafts = _check_schemas(collected.schemas, level_names, problems)
     enforcement, overrides = read_enforcement(collected.settings, level_names, problems)
+    rejection_status, statuses = read_rejection_status(collected.settings, level_names, problems)
     adaptive = read_adaptive(collected.settings, problems)
     if problems:
         raise ConfigError(problems.items)
@@ -198,6 +200,8 @@ def load_documents(documents: Sequence[object]) -> Configuration:
             borrowing_period=period,
             enforcement=enforcement,
             priority_level_enforcement=overrides,
+            rejection_status=rejection_status,
+            priority_level_rejection_status=statuses,
             adaptive_concurrency=adaptive,
         )
     schemas = [build_flow_schema(d) for d in schema_drafts]
@@ -212,6 +216,8 @@ def load_documents(documents: Sequence[object]) -> Configuration:
         imagined_flow_schemas=tuple(m.name for m in _missing(schemas, MANDATORY_FLOW_SCHEMAS)),
         enforcement=enforcement,
         priority_level_enforcement=overrides,
+        rejection_status=rejection_status,
+        priority_level_rejection_status=statuses,
         adaptive_concurrency=adaptive,
     )
 

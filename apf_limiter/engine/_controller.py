@@ -333,6 +333,17 @@ class Controller:
         """Whether the request's level is exempt."""
         return request.level.queue_set.is_exempt
 
+    def level_usage(self, name: str) -> tuple[int, int] | None:
+        """The current limit of the level named ``name`` and its seats in use now.
+
+        ``None`` for an exempt level (it has no limit) or one that does not exist.
+        """
+        state = self.levels.get(name)
+        if state is None or state.queue_set.is_exempt:
+            return None
+        counts = state.queue_set.counts()
+        return counts.concurrency_limit, counts.seats_in_use
+
     def is_shadow(self, request: Request) -> bool:
         """Whether the request's level is in shadow mode (enforcement ``Shadow``)."""
         return request.level.shadow

@@ -270,6 +270,21 @@ def narrowed_latency(final_seats: int, latency: float, max_seats: int) -> float:
 
     Kubernetes' estimators clamp final seats this way: fewer seats, held longer, for the same
     final work (and the queue set's clamp at dispatch does the same).
+
+    A final work too large for the engine's 64-bit seat-seconds (Kubernetes' conversion
+    overflows there: a wrapped, tiny latency) is held for :data:`MAX_NARROWED_LATENCY`: the
+    longest a level's widest request can hold its seats without wrapping its own work.
     """
-    final_work = seats_times_duration(final_seats, to_nanoseconds(latency))
-    return duration_per_seat(final_work, max_seats) / 1e9
+    latency_ns = to_nanoseconds(latency)
+    if final_seats * latency_ns >= _WORK_BOUND:
+        return MAX_NARROWED_LATENCY
+    final_work = seats_times_duration(final_seats, latency_ns)
+    narrowed = duration_per_seat(final_work, max_seats) / 1e9
+    return narrowed if narrowed < MAX_NARROWED_LATENCY else MAX_NARROWED_LATENCY
+
+
+#: The longest additional latency after narrowing, in seconds (about three years): 100 seats
+#: (:data:`DEFAULT_MAX_SEATS`) held for it are 10**18 seat-second units, well inside 64 bits.
+MAX_NARROWED_LATENCY: Final = 1e8
+#: ``seats × nanoseconds`` from which a final work no longer fits in 63 bits (10 ns units).
+_WORK_BOUND: Final = 10 * 2**63

@@ -32,8 +32,9 @@ from apf_limiter._errors import Rejected
 from apf_limiter.gate._deadline import Deadlines
 from apf_limiter.gate._long_running import LongRunningCaps
 from apf_limiter.gate._options import SlowClients
+from apf_limiter.gate._ratelimit import RateLimitFields
 from apf_limiter.gate._ticket import DEADLINE, Ticket
-from apf_limiter.limiter import Admission, Limiter, check_wait_limit
+from apf_limiter.limiter import Admission, Limiter, ShadowOutcome, check_wait_limit
 
 _DEFAULT_SLOW_CLIENTS: Final = SlowClients()
 _INF: Final = math.inf
@@ -79,6 +80,34 @@ class Gate(Deadlines):
         self._caps = (
             None if max_long_running is None else LongRunningCaps(max_long_running, limiter)
         )
+        self._rate_limit_fields: RateLimitFields | None = None  # made at first use
+
+    def rate_limit(
+        self,
+        priority_level: str,
+        flow_schema: str,
+        distinguisher: str,
+        reset: int | None = None,
+    ) -> tuple[str, str] | None:
+        """The IETF ``RateLimit-Policy`` and ``RateLimit`` values of a response, or ``None``.
+
+        draft-ietf-httpapi-ratelimit-headers-10, as Structured Fields: the policy is the
+        priority level, its quota ``q`` the level's current limit in seats with
+        ``qu="concurrent-requests"``, ``r`` the seats left now, ``pk`` a keyed hash of the
+        flow; ``t`` the ``Retry-After`` of a rejection (``reset``). ``None`` at an exempt
+        level. Read it as the response starts: the seats in use are those of that instant.
+
+        Args:
+            priority_level: The request's priority level.
+            flow_schema: Its flow schema.
+            distinguisher: Its flow distinguisher (``Admission.distinguisher``,
+                ``Rejected.distinguisher``).
+            reset: On a rejection, its ``retry_after``.
+        """
+        fields = self._rate_limit_fields
+        if fields is None:
+            fields = self._rate_limit_fields = RateLimitFields(self._limiter)
+        return fields.fields(priority_level, flow_schema, distinguisher, reset)
 
     @property
     def limiter(self) -> Limiter:
@@ -122,13 +151,15 @@ class Gate(Deadlines):
             LookupError: If no flow schema matches.
         """
         counted: str | None = None
+        would: ShadowOutcome | None = None
         if long_running:
             caps = self._caps
             if caps is not None:
                 entered = caps.enter(digest)
                 if isinstance(entered, Rejected):
                     raise entered
-                counted = entered
+                if entered is not None:
+                    counted, would = entered
         wait_limit = self._wait_limit
         bound = _INF
         if client_deadline is not None:  # the one test the option costs when off
@@ -143,6 +174,8 @@ class Gate(Deadlines):
                 self.leave(counted)
             raise
         ticket = Ticket(self, admission, admitted, long_running, counted)
+        if would is not None:
+            ticket.would_refuse = would
         # The deadline, inline (every request comes here): one shared timer per event loop.
         timeout = request_timeout
         if timeout is None:

@@ -7,7 +7,10 @@ streams hold no seat at all, yet each holds a connection, a task and memory. Wit
 requests of each flow schema itself, from their arrival (queued ones count) until their ticket
 ends, whatever ends it; one more than the cap is refused with the reason
 ``long-running-limit`` before it reaches the engine. ``"*"`` is the cap of every flow schema
-not named, each counted on its own. Kubernetes has no such cap for its watches.
+not named, each counted on its own. Kubernetes has no such cap for its watches. At a priority
+level in shadow mode the cap refuses nothing, as nothing is refused there: the request runs
+(and counts), and its would-be refusal is reported (``Limiter.would_refuse``) and told as its
+shadow outcome.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Final
 
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected
-from apf_limiter.limiter import Limiter
+from apf_limiter.limiter import Limiter, ShadowOutcome
 
 #: The key of ``max_long_running`` that caps every flow schema not named.
 EVERY_SCHEMA: Final = "*"
@@ -57,13 +60,14 @@ class LongRunningCaps:
         self._limiter = limiter
         self._open: dict[str, int] = {}
 
-    def enter(self, digest: RequestDigest) -> str | Rejected | None:
+    def enter(self, digest: RequestDigest) -> tuple[str, ShadowOutcome | None] | Rejected | None:
         """Count a long-running request in, or refuse it.
 
         Returns:
-            The flow schema it is counted in (give it to :meth:`leave` when its call ends),
-            ``None`` when its schema has no cap (nothing counted), or the rejection (reported
-            already) when its schema has as many open as its cap.
+            The flow schema it is counted in (give it to :meth:`leave` when its call ends)
+            with, at a shadow level over the cap, the would-be refusal (reported already);
+            ``None`` when its schema has no cap (nothing counted); or the rejection (reported
+            already) when its schema has as many open as its cap at an enforced level.
 
         Raises:
             LookupError: If no flow schema matches (as admission would raise).
@@ -73,12 +77,18 @@ class LongRunningCaps:
         if cap is None:
             return None
         count = self._open.get(schema, 0)
+        would: ShadowOutcome | None = None
         if count >= cap:
-            return self._limiter.refuse(
+            limiter = self._limiter
+            would = limiter.would_refuse(
                 schema, level, "long-running-limit", retry_after=LONG_RUNNING_RETRY_AFTER
             )
+            if would is None:  # the level enforces
+                return limiter.refuse(
+                    schema, level, "long-running-limit", retry_after=LONG_RUNNING_RETRY_AFTER
+                )
         self._open[schema] = count + 1
-        return schema
+        return schema, would
 
     def leave(self, schema: str) -> None:
         """Count out a request :meth:`enter` counted in."""

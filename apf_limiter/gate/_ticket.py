@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from apf_limiter.gate._metadata import shadow_value
-from apf_limiter.limiter import Admission
+from apf_limiter.limiter import Admission, ShadowOutcome
 
 if TYPE_CHECKING:
     import asyncio
@@ -89,6 +89,7 @@ class Ticket:
         "started",
         "reason",
         "body",
+        "would_refuse",
     )
 
     def __init__(
@@ -114,6 +115,9 @@ class Ticket:
         self.started = False
         self.reason: str | None = None
         self.body: BodyClock | None = None
+        # At a shadow level, a refusal the gate would have made itself (the long-running
+        # cap): the request's shadow outcome, whatever its twin says.
+        self.would_refuse: ShadowOutcome | None = None
 
     @property
     def queue_wait(self) -> float:
@@ -127,7 +131,7 @@ class Ticket:
         ``wait=0.125``, ``rejected=queue-full; retry-after=3``, ``pending`` or ``dropped``
         (read it as the response starts); ``None`` at an enforced level.
         """
-        outcome = self.admission.shadow
+        outcome = self.would_refuse or self.admission.shadow
         return None if outcome is None else shadow_value(outcome)
 
     def shadow_after(self, waited: float) -> str | None:
@@ -137,7 +141,7 @@ class Ticket:
             waited: Seconds since the request was admitted (it ran at once): the would-be wait
                 of a pending twin is at least this long.
         """
-        outcome = self.admission.shadow
+        outcome = self.would_refuse or self.admission.shadow
         return None if outcome is None else shadow_value(outcome, waited)
 
     async def wait(self) -> None:

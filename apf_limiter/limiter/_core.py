@@ -107,7 +107,7 @@ class Core:
         self.controller = Controller(effective, hash_seed=self.hash_seed, now=now)
         # The periodic work, each piece a job (the configuration file's checks join with
         # Limiter.from_file).
-        self.scheduler = scheduler = Scheduler()
+        self.scheduler = scheduler = Scheduler(self.clock)
         self.adjustments = Adjustments(
             self.clock, self.controller, self.settle, self.config.borrowing_period, now, scheduler
         )
@@ -311,7 +311,7 @@ class Core:
 
     def rejection(self, request: Request) -> Rejected:
         """The exception for a rejection reported already (Retry-After as it is now)."""
-        return _rejection(request, self.controller.retry_after(request))
+        return _rejection(request, self.controller.retry_after(request), self.config)
 
     def rejected(self, request: Request, now: float, waited: float | None = None) -> Rejected:
         """Report a rejection (observer, log) and return its exception.
@@ -320,7 +320,7 @@ class Core:
         """
         waited = now - request.arrival_time if waited is None else waited
         self.reporter.rejected(request, waited, self.controller.is_exempt(request))
-        return _rejection(request, request.retry_after)
+        return _rejection(request, request.retry_after, self.config)
 
     # ----------------------------------------------------------------------------------------
     # acting on the engine's effects
@@ -379,13 +379,22 @@ class Core:
             self._finishing_orphans = False
 
 
-def _rejection(request: Request, retry_after: int) -> Rejected:
+def _rejection(request: Request, retry_after: int, config: Configuration) -> Rejected:
     reason: Any = request.reject_reason
+    level = request.priority_level
+    # Most configurations name no level: the one comparison on an overloaded server's path.
+    status = (
+        config.rejection_status_of(level)
+        if config.priority_level_rejection_status
+        else config.rejection_status
+    )
     return Rejected(
         reason,
-        priority_level=request.priority_level,
+        priority_level=level,
         flow_schema=request.flow_schema,
         retry_after=retry_after,
+        status=status,
+        distinguisher=request.distinguisher,
     )
 
 

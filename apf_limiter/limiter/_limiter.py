@@ -35,7 +35,7 @@ from apf_limiter.limiter._admission import Admission
 from apf_limiter.limiter._config_file import ConfigFile, Outcome
 from apf_limiter.limiter._core import Core, HoldsCore
 from apf_limiter.limiter._reload import Reloader
-from apf_limiter.limiter._shadow import DEFAULT_MAX_SHADOW_TWINS
+from apf_limiter.limiter._shadow import DEFAULT_MAX_SHADOW_TWINS, ShadowOutcome
 
 if TYPE_CHECKING:
     from apf_limiter.config._sources import ConfigSource
@@ -294,8 +294,44 @@ class Limiter(HoldsCore):
             exempt = False
         self._core.reporter.refused(priority_level, flow_schema, reason, retry_after, exempt)
         return Rejected(
-            reason, priority_level=priority_level, flow_schema=flow_schema, retry_after=retry_after
+            reason,
+            priority_level=priority_level,
+            flow_schema=flow_schema,
+            retry_after=retry_after,
+            status=self.config.rejection_status_of(priority_level),
         )
+
+    def would_refuse(
+        self, flow_schema: str, priority_level: str, reason: RejectReason, *, retry_after: int
+    ) -> ShadowOutcome | None:
+        """:meth:`refuse` at a level in shadow mode: report the would-be refusal instead.
+
+        For a cap the caller keeps itself: at a level whose enforcement is ``Shadow`` the
+        request is not refused (it runs, as every request does there); the observer's
+        ``request_shadowed`` counts what enforcing would have done.
+
+        Args:
+            flow_schema: The request's flow schema (from :meth:`classify`).
+            priority_level: Its priority level.
+            reason: Why enforcing would refuse it.
+            retry_after: The ``Retry-After`` seconds the refusal would carry.
+
+        Returns:
+            The would-be outcome, or ``None`` when the level enforces: then call
+            :meth:`refuse`.
+        """
+        if self.config.enforcement_of(priority_level) != "Shadow":
+            return None
+        self._core.reporter.shadow_refused(priority_level, flow_schema, reason)
+        return ShadowOutcome(True, None, reason, retry_after)
+
+    def level_usage(self, priority_level: str) -> tuple[int, int] | None:
+        """A level's current limit and the seats in use there now (a cheap read).
+
+        For response metadata such as the ``RateLimit`` header fields; ``None`` for an exempt
+        level or a level that does not exist (any more).
+        """
+        return self._core.controller.level_usage(priority_level)
 
     def statistics(self) -> LimiterStatistics:
         """Return a frozen snapshot of every priority level and flow schema (a pure read)."""
@@ -337,13 +373,19 @@ class Limiter(HoldsCore):
     def run_due(self) -> None:
         """Run the work that fell due: borrowing adjustments, and a configuration file check.
 
-        Every admission and release does this on its own, and while requests wait a timer
-        does; call it to bring :meth:`statistics` up to date after a quiet spell.
+        Every admission and release does this on its own; while an event loop runs, a timer
+        does it for the configuration file's checks and the adaptive limit's updates (armed
+        by the first call into the limiter in that loop, this one included), and while
+        requests wait another runs the borrowing adjustments. The debug dumps, the dashboard
+        and the metrics call it before they read; call it to bring :meth:`statistics` up to
+        date after a quiet spell.
         """
-        self._core.run_due()
+        core = self._core
+        core.run_due()
+        core.scheduler.arm()
 
     def close(self) -> None:
-        """Stop the borrowing timer and the configuration file's checks.
+        """Stop the timers (the scheduler's, the borrowing one) and the configuration file's checks.
 
         Requests still release normally, and :meth:`reload` still reads the file on demand.
         A check in flight on the worker thread is waited for (its outcome is dropped).
@@ -351,6 +393,7 @@ class Limiter(HoldsCore):
         adjustments = self._core.adjustments
         adjustments.closed = True
         adjustments.cancel_borrowing_timer()
+        self._core.scheduler.close()
         if self._reloader is not None:
             self._reloader.close()
 

@@ -94,7 +94,7 @@ class Reloader:
         self.due = NEVER
         self.next_run = NEVER
         self.closed = False
-        scheduler.add(self, first=True)
+        scheduler.add(self, first=True, timed=True)  # a quiet server checks too
 
     @property
     def busy(self) -> bool:

@@ -130,6 +130,16 @@ class Reporter:
             except Exception:
                 self.failed("request_shadowed")
 
+    def shadow_refused(self, priority_level: str, flow_schema: str, reason: str) -> None:
+        """A cap kept outside the limiter would have refused a shadow-mode request."""
+        observer = self.observer
+        method = None if observer is None else getattr(observer, "request_shadowed", None)
+        if method is not None:
+            try:
+                method(priority_level, flow_schema, None, reason)
+            except Exception:
+                self.failed("request_shadowed")
+
     def orphan(self, request: Request) -> None:
         """A request was given seats after its event loop had closed."""
         logger.warning(
@@ -168,20 +178,18 @@ class Reporter:
             return
         if self.observer is not None:
             self.notify("borrowing_adjusted", dict(changes))
-        # Log only changes of at least 10% (and at least one seat), so that a steady state
-        # stays quiet while real shifts of capacity are visible.
-        large = {
-            name: change
-            for name, change in changes.items()
-            if abs(change[1] - change[0]) >= max(1.0, 0.1 * max(change[0], 1))
-        }
-        if large and logger.isEnabledFor(logging.INFO):
-            text = ", ".join(f"{name} {old}->{new}" for name, (old, new) in sorted(large.items()))
-            logger.info(
+        # DEBUG, every move: borrowing is the limiter doing its job every period, nothing an
+        # operator acts on, and small levels flap (exempt 0->1, then 1->0, on an idle app).
+        # What calls for action is logged at INFO elsewhere (a configuration applied or
+        # changed, a level drained and removed, the adaptive limit's large moves); the limits
+        # over time are the current_limit_seats metric and the dashboard.
+        if logger.isEnabledFor(logging.DEBUG):
+            text = ", ".join(f"{name} {old}->{new}" for name, (old, new) in sorted(changes.items()))
+            logger.debug(
                 "borrowing moved seats: %s",
                 text,
                 extra={
-                    "changes": large,
+                    "changes": dict(changes),
                     "fair_fraction": fair_fraction,
                     "borrowing_regime": borrowing_regime,
                 },

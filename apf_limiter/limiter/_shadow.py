@@ -12,10 +12,11 @@ Retry-After values that enforcing would have produced.
 
 A twin that outlives its real request (still queued, or still "executing" its copy of the
 real execution time) is counted by the limiter's :class:`Twins` against its
-``max_shadow_twins``; past it, a new one is dropped (left out of its queue, or finished at
-once) and reported as ``dropped``. What a twin keeps alive is bounded anyway: the engine
-holds at most its queues' capacity plus the levels' seats; the cap bounds how many finished
-real requests stay referenced by twins.
+``max_shadow_twins``; past it, a new one is dropped: left out of its queue and reported as
+``dropped``, or, holding its seats already (its would-be wait reported when it got them),
+finished at once; each request's outcome is reported once. What a twin keeps alive is bounded
+anyway: the engine holds at most its queues' capacity plus the levels' seats; the cap bounds
+how many finished real requests stay referenced by twins.
 
 A twin runs on the request path as a waiting request does: what it calls of it is
 :class:`TwinHost`, which the shell's core implements.
@@ -233,8 +234,9 @@ class Twin:
             self._decide(ShadowOutcome(False, None, "dropped"))
             host.withdraw(request, now)
         else:
+            # Dispatched already: its outcome (the wait) was decided and reported then. The
+            # cap only ends its hold early; reporting "dropped" too would count it twice.
             host.finish(request, report=False)
-            host.reporter.shadowed(request, None, "dropped")
 
     def _decide(self, outcome: ShadowOutcome) -> None:
         self.outcome = outcome

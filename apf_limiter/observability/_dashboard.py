@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from apf_limiter.observability._due import run_due_before_read
 from apf_limiter.observability._top_flows import (
     DEFAULT_TOP,
     check_top,
@@ -63,6 +64,7 @@ def dashboard_feed(
     """
     top = check_top(top_flows)
     key = hash_key(hash_distinguishers)
+    run_due_before_read(limiter)  # a file changed on a quiet server shows at once
     dump = limiter.dump()
     stats = dump.statistics
     levels: list[dict[str, Any]] = []

@@ -40,6 +40,7 @@ from apf_limiter.engine._seat_seconds import seat_seconds_str
 from apf_limiter.observability._cut import CUT_MARK as CUT_MARK
 from apf_limiter.observability._cut import MAX_CELL_WIDTH as MAX_CELL_WIDTH
 from apf_limiter.observability._cut import cut
+from apf_limiter.observability._due import run_due_before_read
 from apf_limiter.observability._goformat import go_duration, rfc3339_nano
 from apf_limiter.observability._tabwriter import tabwrite
 from apf_limiter.observability._top_flows import (
@@ -186,6 +187,7 @@ def dump_priority_levels(limiter: Limiter) -> Dump:
     When any level is in shadow mode, a last column ``Enforcement`` says which
     (``Enforce`` or ``Shadow``); otherwise the columns are exactly Kubernetes'.
     """
+    run_due_before_read(limiter)
     levels = sorted(limiter.dump().levels, key=_name)
     # Only then: tools that parse the Kubernetes dump keep parsing it unchanged.
     shadow = any(level.shadow for level in levels)
@@ -219,6 +221,7 @@ def _name(level: LevelDump) -> str:
 
 def dump_queues(limiter: Limiter) -> Dump:
     """One row per queue of every queuing level (``dump_queues``)."""
+    run_due_before_read(limiter)
     rows: list[tuple[Cell, ...]] = []
     for level in limiter.dump().levels:
         for queue in level.queues:
@@ -265,6 +268,7 @@ def dump_requests(
     """
     key = hash_key(hash_distinguishers)
     columns = REQUEST_COLUMNS + (REQUEST_DETAIL_COLUMNS if include_details else ())
+    run_due_before_read(limiter)
     mono_now = round(limiter.clock.now() * 1e9)
     offset = wall_clock_ns() - mono_now
     rows: list[tuple[Cell, ...]] = []
@@ -340,6 +344,7 @@ def dump_top_flows(
     """
     check_top(top, "top")
     key = hash_key(hash_distinguishers)
+    run_due_before_read(limiter)
     levels = limiter.dump().levels
     shadow = any(level.shadow for level in levels)
     rows: list[tuple[Cell, ...]] = []

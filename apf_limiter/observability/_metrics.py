@@ -29,6 +29,7 @@ from apf_limiter._observer import Observer
 from apf_limiter._warn_once import WarnOnce
 from apf_limiter.observability._adaptive_metrics import collect_adaptive
 from apf_limiter.observability._catalog import metric
+from apf_limiter.observability._due import run_due_before_read
 from apf_limiter.observability._event_series import (
     WOULD_BE_REASONS,
     EventSeries,
@@ -291,8 +292,10 @@ class PrometheusMetrics(Observer):
 
     def collect(self) -> Iterator[Any]:
         """Produce every metric family (called by the registry at each scrape)."""
-        yield from self._collect_events()
         limiter, sampler = self._limiter, self._sampler
+        if limiter is not None:
+            run_due_before_read(limiter)  # its events (a new configuration) come with it
+        yield from self._collect_events()
         if limiter is None or sampler is None:
             self._warn(
                 "metrics-unbound",

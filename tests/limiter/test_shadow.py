@@ -191,3 +191,24 @@ async def test_an_admission_in_shadow_mode_never_raises_rejected() -> None:
         await admission.__aexit__(None, None, None)
         admission.release()  # idempotent
     await asyncio.sleep(0)
+
+
+async def test_a_twin_dropped_while_it_holds_seats_is_counted_once() -> None:
+    # Its outcome was known (and reported: a would-be wait) when it was dispatched; the cap
+    # only cuts its hold short. Reporting it as dropped too counted one request twice.
+    clock = FakeClock()
+    recorder = _Recorder()
+    limiter = Limiter(_config(limit=1), clock=clock, observer=recorder, max_shadow_twins=0)
+    holder, late = limiter.admit(_user("holder")), limiter.admit(_user("late"))
+    assert holder.start() and late.start()  # both run; the late one's twin queues
+    await clock.advance(1.0)
+    holder.release()  # the holder's own engine request ends: the twin is dispatched
+    await clock.advance(0)
+    assert late.shadow == ShadowOutcome(True, 1.0)
+    late.release()  # the real request ends; no twin may outlive it: dropped while running
+    await clock.advance(0)
+    outcomes = [e for e in recorder.events if e[0] == "shadowed" and e[1] == "test"]
+    late_outcomes = [e for e in outcomes if e[2] != 0.0]  # the holder would have run at once
+    assert late_outcomes == [("shadowed", "test", 1.0, None)]
+    assert late.shadow == ShadowOutcome(True, 1.0)
+    assert limiter.statistics().priority_levels["test"].executing_requests == 0

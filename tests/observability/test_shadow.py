@@ -148,9 +148,10 @@ async def test_twins_dropped_by_the_cap_are_counted() -> None:
     await clock.advance(0.5)
     first.release()  # the second's twin starts after 1 s
     await clock.advance(0.5)
-    second.release()  # its twin, running, is dropped too (its wait was already counted)
+    second.release()  # its twin, running, is ended early: its wait was counted, once
     labels = {"priority_level": "test", "flow_schema": "test"}
-    assert value(registry, "shadow_dropped_twins_total", **labels) == 2
+    # Each request counts once: the third as dropped, the first and the second as waits.
+    assert value(registry, "shadow_dropped_twins_total", **labels) == 1
     assert value(registry, "shadow_request_wait_duration_seconds_sum", **labels) == 1.0
     assert value(registry, "shadow_request_wait_duration_seconds_count", **labels) == 2
     assert value(registry, "shadow_rejected_requests_total", **labels, reason="dropped") is None
