@@ -27,26 +27,17 @@ from apf_limiter.asgi._debug import is_debug_path, load_debug_app
 from apf_limiter.asgi._identity import default_identify, route_path
 from apf_limiter.asgi._lifespan import closing_at_shutdown
 from apf_limiter.asgi._mistakes import seats_clamped, warn_clamped
-from apf_limiter.asgi._options import RouteOptions
 from apf_limiter.asgi._responses import (
     DROPPED,
     STARTS,
     HeaderNames,
-    header_name,
     queue_wait_pair,
     send_client_gone,
     send_expired,
     send_rejection,
 )
 from apf_limiter.asgi._routes import RouteLookup
-from apf_limiter.asgi._settings import (
-    NO_HEADERS,
-    BodyBuffer,
-    DebugEndpoints,
-    IdentityHooks,
-    ResponseHeaders,
-    fold_legacy,
-)
+from apf_limiter.asgi._settings import BodyBuffer, DebugEndpoints, IdentityHooks, fold_legacy
 from apf_limiter.asgi._shadow import shadow_pair, shadow_send
 from apf_limiter.asgi._types import ASGIApp, Message, Receive, RejectHook, Scope, Send
 from apf_limiter.asgi._waiting import (
@@ -55,7 +46,18 @@ from apf_limiter.asgi._waiting import (
     headers_say_body,
     wait_watching_disconnect,
 )
-from apf_limiter.gate import BODY, ClientDeadlines, Gate, SlowClients, Ticket, header_timeout
+from apf_limiter.gate import (
+    BODY,
+    NO_HEADERS,
+    ClientDeadlines,
+    Gate,
+    ResponseHeaders,
+    RouteOptions,
+    SlowClients,
+    Ticket,
+    header_name,
+    header_timeout,
+)
 from apf_limiter.limiter import Limiter
 
 if TYPE_CHECKING:
@@ -95,6 +97,9 @@ class APFMiddleware:
             header, or its route's request timeout, says.
         **legacy: The keyword arguments of earlier releases (``identify=``,
             ``flow_schema_header=``, ``request_timeout=``, ...), folded into the values above.
+
+    Attributes:
+        gate: The request gate this middleware maps ASGI onto.
 
     Raises:
         ValueError: On contradicting or out-of-range arguments.
@@ -142,13 +147,13 @@ class APFMiddleware:
         self._owns_limiter = limiter is None
         self._limiter = limiter if limiter is not None else Limiter(config)
         # Deadlines kept even with every timeout off: a marked route may still set one.
-        self._gate = Gate(
+        self.gate: Final = Gate(
             self._limiter,
             wait_limit=wait_limit,
             slow_clients=slow_clients if slow_clients is not None else SlowClients(),
             max_long_running=max_long_running,
         )
-        self._start = self._gate.start  # bound once: every request calls it
+        self._start = self.gate.start  # bound once: every request calls it
         if client_deadlines is not None and not isinstance(client_deadlines, ClientDeadlines):
             raise TypeError(f"client_deadlines must be a ClientDeadlines, got {client_deadlines!r}")
         self._client_deadlines = client_deadlines
@@ -175,7 +180,7 @@ class APFMiddleware:
         self._queue_wait_header = header_name(shown.queue_wait)
         self._max_body_buffer = buffer.max
         self._body_budget = BodyBudget(buffer.total)
-        self._times_bodies = self._gate.times_bodies
+        self._times_bodies = self.gate.times_bodies
         self._debug_app: ASGIApp | None = None
         if debug is not None:
             self._debug_app = load_debug_app(self._limiter, debug.authorize, debug.options())
@@ -184,11 +189,6 @@ class APFMiddleware:
     def limiter(self) -> Limiter:
         """The limiter requests are admitted through."""
         return self._limiter
-
-    @property
-    def gate(self) -> Gate:
-        """The request gate this middleware maps ASGI onto."""
-        return self._gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection: admit ``http``/``websocket`` scopes, pass others on."""
@@ -303,7 +303,7 @@ class APFMiddleware:
                     told = header_timeout(value)
                     break  # the first only: bounded work whatever the client sends
         own = timeout if options.request_timeout else _INF
-        return self._gate.client_wait(own, told)
+        return self.gate.client_wait(own, told)
 
     async def _send_expired(self, scope: Scope, send: Send, ticket: Ticket) -> None:
         headers = self._headers.headers(ticket.flow_schema, ticket.priority_level)
