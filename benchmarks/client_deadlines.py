@@ -25,8 +25,8 @@ Per variant and multiple, after a warm-up (the queues fill first), over the resp
 completed in the measured window: **goodput** (responses completed within their client's 1 s,
 per second, over capacity) and the **wasted** work (the share of those responses that came
 after their client gave up); over the requests that arrived in it: the longest queue wait of
-one then dispatched, and how requests ended (admitted, rejected on arrival, timed out or cancelled in a
-queue). The results go to ``benchmarks/results/client_deadlines.json`` (``--out`` for
+one then dispatched, and how requests ended (admitted, rejected on arrival, timed out or
+cancelled in a queue). The results go to ``benchmarks/results/client_deadlines.json`` (``--out`` for
 another file).
 """
 
