@@ -112,6 +112,10 @@ class _Tally:
     good_latencies: list[float] = field(default_factory=list)
 
 
+def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+
+
 async def _request(
     gate: Gate,
     clock: FakeClock,
@@ -135,7 +139,7 @@ async def _request(
             if seen:  # the client's give-up reaches the server: cancel the queued wait
                 task = asyncio.current_task()
                 assert task is not None
-                gives_up = clock.call_later(CLIENT_TIMEOUT, task.cancel)
+                gives_up = clock.call_later(CLIENT_TIMEOUT, _cancel, task)
             try:
                 await ticket.wait()
             finally:
