@@ -261,10 +261,16 @@ class APFMiddleware:
                     if kind == "http.response.body":  # the common message first
                         if not message.get("more_body", False):
                             admission.release()
+                            ticket.released = True  # Ticket.end need not release again
                         return server_send(message)
                     if kind in STARTS:
                         # Tracked until the response starts even if long-running.
-                        ticket.response_started(kind == "websocket.accept")
+                        # Ticket.response_started, its common case inline (a call costs
+                        # more than the rest): an ordinary response of a tracked request.
+                        if ticket.long_running or kind == "websocket.accept":
+                            ticket.response_started(kind == "websocket.accept")
+                        elif ticket.tracked:
+                            ticket.started = True  # expiring now aborts the response
                         if extra:
                             headers = [*message.get("headers", ()), *extra]
                             return server_send({**message, "headers": headers})
@@ -273,6 +279,7 @@ class APFMiddleware:
                         kind == "http.response.zerocopysend" and not message.get("more_body", False)
                     ) or kind == "http.response.pathsend":
                         admission.release()
+                        ticket.released = True
                     return server_send(message)
 
                 await self.app(scope, app_receive, send_and_release)
