@@ -22,8 +22,7 @@ import math
 from aiohttp import web
 
 from apf_limiter.aiohttp import setup
-from apf_limiter.asgi import Identity, route_options
-from apf_limiter.gate import SlowClients
+from apf_limiter.gate import Identity, SlowClients, route_options
 
 
 def identify(request: web.Request) -> Identity | None:

@@ -18,6 +18,8 @@ docs/internals.md explains the layers. The rules:
    attribute of any object but ``self``/``cls`` (dunders are public), imports no ``_private``
    name from outside ``apf_limiter.asgi``, and imports the shell from ``apf_limiter.limiter``,
    not from its private modules. The jobs front door (``apf_limiter/jobs/``) keeps the same rule.
+   No front door (``asgi``, ``aiohttp``, ``grpc``, ``jobs``) imports another front door's
+   package: what they share lives in the gate (``apf_limiter.gate``).
 4. **No import cycles** between the package's modules, counting imports under
    ``if TYPE_CHECKING:`` and inside functions: a cycle that only type checking or a deferred
    import hides is still two modules that need each other. (Importing ``a.b.c`` counts as an
@@ -505,6 +507,30 @@ def test_the_gate_knows_no_front_door() -> None:
         "Rule 3: the request gate (apf_limiter/gate/) is protocol-neutral: it imports no "
         "front door (the ASGI middleware, observability, the CLI) and no protocol library.",
         "put the protocol's mapping in its front door; give the gate a neutral call for it",
+        bad,
+    )
+
+
+_PROTOCOL_FRONT_DOORS = (
+    "apf_limiter.asgi",
+    "apf_limiter.aiohttp",
+    "apf_limiter.grpc",
+    "apf_limiter.jobs",
+)
+
+
+def test_no_front_door_imports_another() -> None:
+    bad = [
+        i.describe()
+        for door in _PROTOCOL_FRONT_DOORS
+        for i in imports_of(door)
+        if any(is_under(i.target, other) for other in _PROTOCOL_FRONT_DOORS if other != door)
+    ]
+    assert not bad, _fail(
+        "Rule 3: each front door (asgi, aiohttp, grpc, jobs) is a thin adapter onto the gate; "
+        "none imports another front door's package (its facade or its private modules).",
+        "move what both need, if protocol-neutral, into the gate (apf_limiter/gate/) and import "
+        "it from the gate's facade; the ASGI facade may re-export it",
         bad,
     )
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
+from apf_limiter.asgi import Identity, IdentityHooks
 from apf_limiter.asgi._middleware import APFMiddleware
-from apf_limiter.asgi._options import Identity
-from apf_limiter.asgi._settings import IdentityHooks
 from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 
 Mode = Literal["semaphore", "apf"]

@@ -10,7 +10,7 @@
 
 Rejected requests get 429 with ``Retry-After``; responses carry the APF headers; requests get
 a deadline (504); a client that leaves while its request is queued frees its place. Handlers
-marked with :func:`~apf_limiter.asgi.route_options` (seats, long-running, deadline) are
+marked with :func:`~apf_limiter.gate.route_options` (seats, long-running, deadline) are
 honoured, and WebSockets are long-running. Needs the ``aiohttp`` extra. See
 ``docs/aiohttp.md``; the middleware maps aiohttp onto the request gate
 (:mod:`apf_limiter.gate`).

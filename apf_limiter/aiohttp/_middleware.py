@@ -20,19 +20,23 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from apf_limiter._digest import (
-    ANONYMOUS_USER,
-    AUTHENTICATED_GROUP,
-    UNAUTHENTICATED_GROUP,
-    RequestDigest,
-    fill_digest,
-)
+from apf_limiter._digest import RequestDigest, fill_digest
 from apf_limiter._errors import Rejected
 from apf_limiter.aiohttp._responses import Headers, client_gone, expired, rejection
 from apf_limiter.aiohttp._waiting import DISCONNECT_POLL, wait_watching_disconnect
-from apf_limiter.asgi import Identity, ResponseHeaders, RouteOptions
-from apf_limiter.asgi._options import MARKED_ENDPOINTS, ROUTE_OPTIONS_ATTRIBUTE
-from apf_limiter.gate import ClientDeadlines, Gate, SlowClients, Ticket, header_timeout
+from apf_limiter.gate import (
+    MARKED_ENDPOINTS,
+    ClientDeadlines,
+    Gate,
+    Identity,
+    ResponseHeaders,
+    RouteOptions,
+    SlowClients,
+    Ticket,
+    endpoint_options,
+    header_timeout,
+    identity_names,
+)
 from apf_limiter.limiter import Limiter
 
 if TYPE_CHECKING:
@@ -48,7 +52,6 @@ RejectHook = Callable[[web.Request, Rejected], web.StreamResponse]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _INF: Final = float("inf")
-_ANONYMOUS_GROUPS: Final[tuple[str, ...]] = (UNAUTHENTICATED_GROUP,)
 # The request's ticket, for the on_response_prepare hook; then the response it saw start.
 _KEY: Final = web.RequestKey("apf_limiter.ticket", object)
 
@@ -67,7 +70,7 @@ class AiohttpMiddleware:
             every request is anonymous.
         long_running: ``long_running(request) -> bool | None``: whether a request gives its
             seats back once its response starts; ``None`` falls back to the handler's
-            :func:`~apf_limiter.asgi.route_options`, then to whether it upgrades its
+            :func:`~apf_limiter.gate.route_options`, then to whether it upgrades its
             connection (WebSockets are long-running).
         on_reject: ``on_reject(request, rejected) -> web.StreamResponse``: a custom rejection
             response (``Retry-After`` and the APF headers are added unless it sets them).
@@ -146,7 +149,7 @@ class AiohttpMiddleware:
             identity = identified
         options: RouteOptions | None = None
         if MARKED_ENDPOINTS[0]:  # no lookup until route_options() has marked something
-            options = getattr(request.match_info.handler, ROUTE_OPTIONS_ATTRIBUTE, None)
+            options = endpoint_options(request.match_info.handler)
         digest = _digest(request, identity, options)
         long_running = self._long_running(request) if self._long_running is not None else None
         if long_running is None:
@@ -260,12 +263,7 @@ def setup(app: web.Application, **options: Any) -> AiohttpMiddleware:
 def _digest(
     request: web.Request, identity: Identity | None, options: RouteOptions | None
 ) -> RequestDigest:
-    if identity is None:
-        user, groups = ANONYMOUS_USER, _ANONYMOUS_GROUPS
-    else:
-        user, groups = identity.user, tuple(identity.groups)
-        if AUTHENTICATED_GROUP not in groups:
-            groups = (*groups, AUTHENTICATED_GROUP)
+    user, groups = identity_names(identity)
     estimate = options.estimate if options is not None else None
     seats, final_seats, latency = (
         (None, 0, 0.0)

@@ -1,32 +1,35 @@
 """What the aiohttp middleware answers itself: 429, 504, 408 and 499, and the APF headers.
 
-The texts are the ASGI middleware's (:mod:`apf_limiter.asgi`), so that both front doors
-answer alike: a rejection is ``429 Too Many Requests`` with ``Retry-After`` and the JSON body
-``{"detail": "Too many requests, please try again later."}``; a request whose deadline passed
-before its response started gets ``504`` (Kubernetes' timeout filter), and a request whose
-client left while it was queued ``499`` (nginx's "client closed request", which only the
-access log sees). aiohttp takes header values as ``str``: the names are checked once here.
+The texts are the gate's (:mod:`apf_limiter.gate`), which the ASGI middleware sends too, so
+that both front doors answer alike: a rejection is ``429 Too Many Requests`` with
+``Retry-After`` and the JSON body ``{"detail": "Too many requests, please try again
+later."}``; a request whose deadline passed before its response started gets ``504``
+(Kubernetes' timeout filter), and a request whose client left while it was queued ``499``
+(nginx's "client closed request", which only the access log sees). aiohttp takes header
+values as ``str``: the names are checked once here.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Final
 
 from aiohttp import web
 
 from apf_limiter._errors import Rejected
-from apf_limiter.asgi import REJECTION_DETAIL, ResponseHeaders
-from apf_limiter.asgi._responses import CLIENT_CLOSED_REQUEST, DEADLINE_DETAIL, header_name
-from apf_limiter.gate import Gate, Ticket, seconds_value
+from apf_limiter.gate import (
+    CLIENT_CLOSED_REQUEST,
+    DEADLINE_DETAIL,
+    REJECTION_DETAIL,
+    Gate,
+    ResponseHeaders,
+    Ticket,
+    header_name,
+    json_detail,
+    seconds_value,
+)
 
-
-def _json(detail: str) -> bytes:
-    return json.dumps({"detail": detail}, separators=(",", ":")).encode()
-
-
-_REJECTION_BODY: Final = _json(REJECTION_DETAIL)
-_DEADLINE_BODY: Final = _json(DEADLINE_DETAIL)
+_REJECTION_BODY: Final = json_detail(REJECTION_DETAIL)
+_DEADLINE_BODY: Final = json_detail(DEADLINE_DETAIL)
 
 
 def _name(name: str | None) -> str | None:

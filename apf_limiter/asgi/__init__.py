@@ -19,16 +19,18 @@ See ``docs/asgi.md`` for every option and hook; the middleware maps ASGI onto th
 from apf_limiter.asgi._debug import DEBUG_PATH
 from apf_limiter.asgi._identity import ScopeHeaders, build_digest, default_identify, route_path
 from apf_limiter.asgi._middleware import APFMiddleware
-from apf_limiter.asgi._options import (
+from apf_limiter.asgi._responses import WEBSOCKET_TRY_AGAIN_LATER
+from apf_limiter.asgi._settings import BodyBuffer, DebugEndpoints, IdentityHooks
+from apf_limiter.gate import (
+    REJECTION_DETAIL,
     Identity,
     ResourceAttributes,
+    ResponseHeaders,
     RouteOptions,
+    SlowClients,
     WorkEstimate,
     route_options,
 )
-from apf_limiter.asgi._responses import REJECTION_DETAIL, WEBSOCKET_TRY_AGAIN_LATER
-from apf_limiter.asgi._settings import BodyBuffer, DebugEndpoints, IdentityHooks, ResponseHeaders
-from apf_limiter.gate import SlowClients
 
 __all__ = [
     "APFMiddleware",

@@ -22,12 +22,6 @@ from apf_limiter.asgi._mistakes import (
     credentials,
     warn_anonymous,
 )
-from apf_limiter.asgi._options import (
-    MARKED_ENDPOINTS,
-    Identity,
-    ResourceAttributes,
-    WorkEstimate,
-)
 from apf_limiter.asgi._routes import RouteLookup
 from apf_limiter.asgi._types import (
     EstimateHook,
@@ -36,6 +30,7 @@ from apf_limiter.asgi._types import (
     ResolveHook,
     Scope,
 )
+from apf_limiter.gate import MARKED_ENDPOINTS, Identity, ResourceAttributes, WorkEstimate
 
 #: A request's digest, whether it is long-running, its route's deadline (``None``: unset), and
 #: where its work estimate came from (``None``: the default; a marked endpoint, a ``paths=``

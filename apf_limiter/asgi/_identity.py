@@ -11,15 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from apf_limiter._digest import (
-    ANONYMOUS_USER,
-    AUTHENTICATED_GROUP,
-    UNAUTHENTICATED_GROUP,
-    RequestDigest,
-    fill_digest,
-)
-from apf_limiter.asgi._options import Identity, ResourceAttributes, WorkEstimate
+from apf_limiter._digest import ANONYMOUS_USER, UNAUTHENTICATED_GROUP, RequestDigest, fill_digest
 from apf_limiter.asgi._types import Scope
+from apf_limiter.gate import Identity, ResourceAttributes, WorkEstimate, identity_names
 
 _ANONYMOUS_GROUPS: Final[tuple[str, ...]] = (UNAUTHENTICATED_GROUP,)
 # The lower-case verbs of the common methods, as constants: ready-made, with cached hashes.
@@ -156,14 +150,10 @@ def build_digest(
     Returns:
         The request digest.
     """
-    if identity is None:
+    if identity is None:  # the common case, inline: a call costs more than the rest
         user, groups = ANONYMOUS_USER, _ANONYMOUS_GROUPS
     else:
-        user, groups = identity.user, identity.groups
-        if type(groups) is not tuple:
-            groups = tuple(groups)  # Identity checked the items; the digest keeps a tuple
-        if AUTHENTICATED_GROUP not in groups:
-            groups = (*groups, AUTHENTICATED_GROUP)
+        user, groups = identity_names(identity)
     peer = scope.get("client")
     raw_method: str = scope.get("method", "GET") if scope["type"] == "http" else "GET"
     method = _METHODS.get(raw_method) or raw_method.lower()

@@ -27,12 +27,10 @@ from apf_limiter.asgi._debug import is_debug_path, load_debug_app
 from apf_limiter.asgi._identity import default_identify, route_path
 from apf_limiter.asgi._lifespan import closing_at_shutdown
 from apf_limiter.asgi._mistakes import seats_clamped, warn_clamped
-from apf_limiter.asgi._options import RouteOptions
 from apf_limiter.asgi._responses import (
     DROPPED,
     STARTS,
     HeaderNames,
-    header_name,
     queue_wait_pair,
     rate_limit_pairs,
     send_client_gone,
@@ -40,14 +38,7 @@ from apf_limiter.asgi._responses import (
     send_rejection,
 )
 from apf_limiter.asgi._routes import RouteLookup
-from apf_limiter.asgi._settings import (
-    NO_HEADERS,
-    BodyBuffer,
-    DebugEndpoints,
-    IdentityHooks,
-    ResponseHeaders,
-    fold_legacy,
-)
+from apf_limiter.asgi._settings import BodyBuffer, DebugEndpoints, IdentityHooks, fold_legacy
 from apf_limiter.asgi._shadow import shadow_pair, shadow_send
 from apf_limiter.asgi._types import ASGIApp, Message, Receive, RejectHook, Scope, Send
 from apf_limiter.asgi._waiting import (
@@ -56,7 +47,18 @@ from apf_limiter.asgi._waiting import (
     headers_say_body,
     wait_watching_disconnect,
 )
-from apf_limiter.gate import BODY, ClientDeadlines, Gate, SlowClients, Ticket, header_timeout
+from apf_limiter.gate import (
+    BODY,
+    NO_HEADERS,
+    ClientDeadlines,
+    Gate,
+    ResponseHeaders,
+    RouteOptions,
+    SlowClients,
+    Ticket,
+    header_name,
+    header_timeout,
+)
 from apf_limiter.limiter import Limiter
 
 if TYPE_CHECKING:
@@ -96,6 +98,9 @@ class APFMiddleware:
             header, or its route's request timeout, says.
         **legacy: The keyword arguments of earlier releases (``identify=``,
             ``flow_schema_header=``, ``request_timeout=``, ...), folded into the values above.
+
+    Attributes:
+        gate: The request gate this middleware maps ASGI onto.
 
     Raises:
         ValueError: On contradicting or out-of-range arguments.
@@ -143,13 +148,13 @@ class APFMiddleware:
         self._owns_limiter = limiter is None
         self._limiter = limiter if limiter is not None else Limiter(config)
         # Deadlines kept even with every timeout off: a marked route may still set one.
-        self._gate = Gate(
+        self.gate: Final = Gate(
             self._limiter,
             wait_limit=wait_limit,
             slow_clients=slow_clients if slow_clients is not None else SlowClients(),
             max_long_running=max_long_running,
         )
-        self._start = self._gate.start  # bound once: every request calls it
+        self._start = self.gate.start  # bound once: every request calls it
         if client_deadlines is not None and not isinstance(client_deadlines, ClientDeadlines):
             raise TypeError(f"client_deadlines must be a ClientDeadlines, got {client_deadlines!r}")
         self._client_deadlines = client_deadlines
@@ -177,7 +182,7 @@ class APFMiddleware:
         self._rate_limit = shown.rate_limit is True
         self._max_body_buffer = buffer.max
         self._body_budget = BodyBudget(buffer.total)
-        self._times_bodies = self._gate.times_bodies
+        self._times_bodies = self.gate.times_bodies
         self._debug_app: ASGIApp | None = None
         if debug is not None:
             self._debug_app = load_debug_app(self._limiter, debug.authorize, debug.options())
@@ -186,11 +191,6 @@ class APFMiddleware:
     def limiter(self) -> Limiter:
         """The limiter requests are admitted through."""
         return self._limiter
-
-    @property
-    def gate(self) -> Gate:
-        """The request gate this middleware maps ASGI onto."""
-        return self._gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection: admit ``http``/``websocket`` scopes, pass others on."""
@@ -268,13 +268,19 @@ class APFMiddleware:
                     if kind == "http.response.body":  # the common message first
                         if not message.get("more_body", False):
                             admission.release()
+                            ticket.released = True  # Ticket.end need not release again
                         return server_send(message)
                     if kind in STARTS:
                         added = extra
                         if rate_limit:  # read before a long-running request's seats go back
                             added = [*(extra or ()), *self._rate_limit_pairs(ticket)]
                         # Tracked until the response starts even if long-running.
-                        ticket.response_started(kind == "websocket.accept")
+                        # Ticket.response_started, its common case inline (a call costs
+                        # more than the rest): an ordinary response of a tracked request.
+                        if ticket.long_running or kind == "websocket.accept":
+                            ticket.response_started(kind == "websocket.accept")
+                        elif ticket.tracked:
+                            ticket.started = True  # expiring now aborts the response
                         if added:
                             headers = [*message.get("headers", ()), *added]
                             return server_send({**message, "headers": headers})
@@ -283,6 +289,7 @@ class APFMiddleware:
                         kind == "http.response.zerocopysend" and not message.get("more_body", False)
                     ) or kind == "http.response.pathsend":
                         admission.release()
+                        ticket.released = True
                     return server_send(message)
 
                 await self.app(scope, app_receive, send_and_release)
@@ -313,7 +320,7 @@ class APFMiddleware:
                     told = header_timeout(value)
                     break  # the first only: bounded work whatever the client sends
         own = timeout if options.request_timeout else _INF
-        return self._gate.client_wait(own, told)
+        return self.gate.client_wait(own, told)
 
     async def _send_expired(self, scope: Scope, send: Send, ticket: Ticket) -> None:
         headers = self._headers.headers(ticket.flow_schema, ticket.priority_level)
@@ -364,7 +371,7 @@ class APFMiddleware:
     async def _reject(self, scope: Scope, receive: Receive, send: Send, rejected: Rejected) -> None:
         headers = self._headers.headers(rejected.flow_schema, rejected.priority_level)
         if self._rate_limit:
-            fields = self._gate.rate_limit(
+            fields = self.gate.rate_limit(
                 rejected.priority_level,
                 rejected.flow_schema,
                 rejected.distinguisher,
@@ -376,7 +383,7 @@ class APFMiddleware:
 
     def _rate_limit_pairs(self, ticket: Ticket) -> list[tuple[bytes, bytes]]:
         """The RateLimit fields of an admitted request, as it is now."""
-        fields = self._gate.rate_limit(
+        fields = self.gate.rate_limit(
             ticket.priority_level, ticket.flow_schema, ticket.admission.distinguisher
         )
         return [] if fields is None else rate_limit_pairs(fields)

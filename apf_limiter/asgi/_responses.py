@@ -9,31 +9,34 @@ before accept with code 1013 (try again later). An ``on_reject`` hook replaces t
 A request whose deadline passed before its response started gets ``504 Gateway Timeout`` (as
 Kubernetes' timeout filter answers), one whose body came in too slowly ``408 Request
 Timeout`` (as Kestrel and nginx answer); both close an HTTP/1 connection, whose request body
-was not read to its end.
+was not read to its end. The texts and statuses are the gate's (:mod:`apf_limiter.gate`),
+shared with the aiohttp front door.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 from collections.abc import Generator
 from typing import Any, Final
 
 from apf_limiter._errors import Rejected
 from apf_limiter.asgi._types import Message, Receive, RejectHook, Scope, Send
-from apf_limiter.gate import Ticket, seconds_value
+from apf_limiter.gate import (
+    BODY_RATE_DETAIL,
+    CLIENT_CLOSED_REQUEST,
+    DEADLINE_DETAIL,
+    REJECTION_DETAIL,
+    Ticket,
+    header_name,
+    json_detail,
+    seconds_value,
+)
 
-#: The rejection message (Kubernetes' wording).
-REJECTION_DETAIL: Final = "Too many requests, please try again later."
 #: The WebSocket close code of a rejection when no denial response is possible.
 WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
-#: The body of the 504 answered when a request's deadline passed.
-DEADLINE_DETAIL: Final = "The request did not complete within its deadline."
-#: The body of the 408 answered when a request's body came in too slowly.
-BODY_RATE_DETAIL: Final = "The request body arrived too slowly."
 
-_BODY: Final = json.dumps({"detail": REJECTION_DETAIL}, separators=(",", ":")).encode()
+_BODY: Final = json_detail(REJECTION_DETAIL)
 _DENIAL_EXTENSION: Final = "websocket.http.response"
 #: The messages that start a response (where the APF headers go).
 STARTS: Final = frozenset(
@@ -82,19 +85,6 @@ class HeaderNames:
         return pairs
 
 
-def header_name(name: str | None) -> bytes | None:
-    """A response header name, checked and encoded lower-case (``None`` stays ``None``).
-
-    Raises:
-        ValueError: If ``name`` cannot be a header name.
-    """
-    if name is None:
-        return None
-    if not name or not name.isascii() or any(c in name for c in " \t\r\n:"):
-        raise ValueError(f"invalid header name {name!r}")
-    return name.lower().encode("ascii")
-
-
 def with_headers(message: Message, extra: list[tuple[bytes, bytes]]) -> Message:
     """A copy of a response-start message with ``extra`` headers appended.
 
@@ -120,11 +110,6 @@ def rate_limit_pairs(fields: tuple[str, str]) -> list[tuple[bytes, bytes]]:
 def queue_wait_pair(name: bytes, ticket: Ticket) -> tuple[bytes, bytes]:
     """The queue-wait header pair of an admitted request (``ResponseHeaders.queue_wait``)."""
     return (name, seconds_value(ticket.queue_wait).encode("ascii"))
-
-
-#: nginx's "client closed request": the status an access log shows for a request whose client
-#: left while it waited in a queue.
-CLIENT_CLOSED_REQUEST = 499
 
 
 async def send_client_gone(scope: Scope, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
@@ -225,11 +210,7 @@ class _Done:
 DROPPED: Final = _Done()
 
 
-def _json(detail: str) -> bytes:
-    return json.dumps({"detail": detail}, separators=(",", ":")).encode()
-
-
-_EXPIRED_BODIES: Final = {504: _json(DEADLINE_DETAIL), 408: _json(BODY_RATE_DETAIL)}
+_EXPIRED_BODIES: Final = {504: json_detail(DEADLINE_DETAIL), 408: json_detail(BODY_RATE_DETAIL)}
 
 
 async def send_expired(

@@ -20,24 +20,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from apf_limiter.asgi._identity import route_path
-from apf_limiter.asgi._options import ROUTE_OPTIONS_ATTRIBUTE, RouteOptions
 from apf_limiter.asgi._types import Scope
 from apf_limiter.engine._rules import non_resource_url_matches
+from apf_limiter.gate import RouteOptions, endpoint_options
 
 _MAX_DEPTH: Final = 16  # mounts inside mounts; deeper nesting is not followed
-
-
-def endpoint_options(endpoint: object) -> RouteOptions | None:
-    """The :class:`RouteOptions` an endpoint was marked with, if any.
-
-    Args:
-        endpoint: A function, method or endpoint class.
-
-    Returns:
-        The options, or ``None`` when the endpoint is not marked.
-    """
-    options = getattr(endpoint, ROUTE_OPTIONS_ATTRIBUTE, None)
-    return options if isinstance(options, RouteOptions) else None
 
 
 class RouteLookup:

@@ -1,7 +1,8 @@
 """The middleware's option values: hooks, response headers, body buffering, debug endpoints.
 
 :class:`APFMiddleware` takes about ten parameters; each group of related settings is one
-value (:class:`~apf_limiter.gate.SlowClients` comes from the gate, which applies it). The
+value (:class:`~apf_limiter.gate.SlowClients` and :class:`~apf_limiter.gate.ResponseHeaders`
+come from the gate, shared with the other front doors). The
 keyword arguments of earlier releases (``identify=``, ``flow_schema_header=``,
 ``request_timeout=``, ...) are still accepted and folded into these values by
 :func:`fold_legacy`.
@@ -22,7 +23,7 @@ from apf_limiter.asgi._types import (
     LongRunningHook,
     ResolveHook,
 )
-from apf_limiter.gate import SlowClients
+from apf_limiter.gate import NO_HEADERS, ResponseHeaders, SlowClients
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,35 +49,6 @@ class IdentityHooks:
     resolve: ResolveHook | None = None
     estimate: EstimateHook | None = None
     long_running: LongRunningHook | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseHeaders:
-    """The response headers the middleware adds; each ``None`` for none.
-
-    Attributes:
-        flow_schema: Names the request's flow schema.
-        priority_level: Names its priority level.
-        shadow: At a priority level in shadow mode, what enforcing would have done
-            (``wait=0.125``, ``rejected=queue-full; retry-after=3``, ``pending``), e.g.
-            ``"X-APF-Shadow"``.
-        queue_wait: An admitted request's seconds in a queue (``0.012``; ``0`` if admitted at
-            once), e.g. ``"X-APF-Queue-Wait"``.
-        rate_limit: Add the IETF ``RateLimit-Policy`` and ``RateLimit`` fields
-            (draft-ietf-httpapi-ratelimit-headers-10): the level's current limit as a quota of
-            ``concurrent-requests``, the seats left as the response starts, a partition key
-            per flow; ``t``, the ``Retry-After``, on a rejection. Not at exempt levels.
-    """
-
-    flow_schema: str | None = "X-APF-Flow-Schema"
-    priority_level: str | None = "X-APF-Priority-Level"
-    shadow: str | None = None
-    queue_wait: str | None = None
-    rate_limit: bool = False
-
-
-#: No response headers at all.
-NO_HEADERS: Final = ResponseHeaders(None, None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, TypeAlias
 
 from apf_limiter._errors import Rejected
-from apf_limiter.asgi._options import Identity, ResourceAttributes, WorkEstimate
+from apf_limiter.gate import Identity, ResourceAttributes, WorkEstimate
 
 Scope: TypeAlias = MutableMapping[str, Any]
 Message: TypeAlias = MutableMapping[str, Any]

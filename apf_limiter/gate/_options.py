@@ -110,3 +110,32 @@ def header_timeout(value: str | bytes | None) -> float | None:
         return None
     milliseconds = int(text)
     return milliseconds / 1000.0 if milliseconds else None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHeaders:
+    """The response headers an HTTP front door (ASGI, aiohttp) adds; each ``None`` for none.
+
+    Attributes:
+        flow_schema: Names the request's flow schema.
+        priority_level: Names its priority level.
+        shadow: At a priority level in shadow mode, what enforcing would have done
+            (``wait=0.125``, ``rejected=queue-full; retry-after=3``, ``pending``), e.g.
+            ``"X-APF-Shadow"``.
+        queue_wait: An admitted request's seconds in a queue (``0.012``; ``0`` if admitted at
+            once), e.g. ``"X-APF-Queue-Wait"``.
+        rate_limit: Add the IETF ``RateLimit-Policy`` and ``RateLimit`` fields
+            (draft-ietf-httpapi-ratelimit-headers-10): the level's current limit as a quota of
+            ``concurrent-requests``, the seats left as the response starts, a partition key
+            per flow; ``t``, the ``Retry-After``, on a rejection. Not at exempt levels.
+    """
+
+    flow_schema: str | None = "X-APF-Flow-Schema"
+    priority_level: str | None = "X-APF-Priority-Level"
+    shadow: str | None = None
+    queue_wait: str | None = None
+    rate_limit: bool = False
+
+
+#: No response headers at all.
+NO_HEADERS: Final = ResponseHeaders(None, None)

@@ -69,6 +69,9 @@ class Ticket:
         started: The response started (expiring then aborts it rather than answering).
         reason: ``None``, or :data:`DEADLINE` or :data:`BODY` once expired.
         tracked: The deadline schedule may still expire it.
+        released: Its seats went back already (:meth:`release`; a front door that calls
+            ``admission.release()`` itself, on its hot path, sets it too): :meth:`end` then
+            skips the release, which would change nothing.
         arrival: When it arrived, on the limiter's clock.
         deadline: When its request deadline passes (``math.inf``: never).
     """
@@ -90,6 +93,7 @@ class Ticket:
         "reason",
         "body",
         "would_refuse",
+        "released",
     )
 
     def __init__(
@@ -118,6 +122,7 @@ class Ticket:
         # At a shadow level, a refusal the gate would have made itself (the long-running
         # cap): the request's shadow outcome, whatever its twin says.
         self.would_refuse: ShadowOutcome | None = None
+        self.released = False
 
     @property
     def queue_wait(self) -> float:
@@ -185,10 +190,12 @@ class Ticket:
                 self.started = True  # expiring now aborts the response
         if self.long_running:
             self.admission.release()
+            self.released = True
 
     def release(self) -> None:
         """Give the seats back now (the response is complete); idempotent."""
         self.admission.release()
+        self.released = True
 
     def body_clock(self) -> BodyClock | None:
         """The clock of the request's body, when the minimum body rate applies (else ``None``).
@@ -242,7 +249,9 @@ class Ticket:
             # Another cancellation (the server's) came too: that one wins.
             return error is None or (isinstance(error, CancelledError) and remaining == 0)
         finally:
-            self.admission.release()
+            if not self.released:  # the front door gave the seats back as the response ended
+                self.released = True
+                self.admission.release()
             counted = self.counted
             if counted is not None:
                 self.counted = None

@@ -72,6 +72,9 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
             (``RESOURCE_EXHAUSTED``). ``None``: Kubernetes' wait limit alone (gRPC cancels
             a call whose deadline passes while it waits).
 
+    Attributes:
+        gate: The request gate this interceptor maps gRPC onto.
+
     Raises:
         ValueError: On contradicting or out-of-range arguments.
         ConfigError: If ``config`` is invalid.
@@ -95,7 +98,7 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         if isinstance(long_running, str):
             raise ValueError(f"long_running must be a collection of names, got {long_running!r}")
         self._limiter = limiter if limiter is not None else Limiter(config)
-        self._gate = Gate(
+        self.gate: Final = Gate(
             self._limiter,
             wait_limit=wait_limit,
             slow_clients=SlowClients(request_timeout=request_timeout, min_body_rate=None),
@@ -116,11 +119,6 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
     def limiter(self) -> Limiter:
         """The limiter calls are admitted through."""
         return self._limiter
-
-    @property
-    def gate(self) -> Gate:
-        """The request gate this interceptor maps gRPC onto."""
-        return self._gate
 
     async def intercept_service(
         self,
@@ -227,7 +225,7 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         Returns:
             The ticket of a call that holds its seats (end it with ``ticket.end``).
         """
-        gate = self._gate
+        gate = self.gate
         client: float | None = None
         deadlines = self._client_deadlines
         if deadlines is not None:

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from apf_limiter.aiohttp import AiohttpMiddleware, setup
-from apf_limiter.asgi import Identity, route_options
+from apf_limiter.gate import Identity, route_options
 from tests.asgi.apps import Probe
 
 

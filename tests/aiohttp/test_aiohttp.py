@@ -11,8 +11,7 @@ from aiohttp import web
 
 from apf_limiter import Limiter, Rejected
 from apf_limiter.aiohttp import AiohttpMiddleware
-from apf_limiter.asgi import Identity, ResponseHeaders
-from apf_limiter.gate import SlowClients
+from apf_limiter.gate import Identity, ResponseHeaders, SlowClients
 from tests.aiohttp.server import make_app, serve
 from tests.asgi.apps import Probe, level_config
 from tests.asgi.server import wait_until

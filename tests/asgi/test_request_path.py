@@ -18,11 +18,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from apf_limiter import Limiter
-from apf_limiter.asgi import APFMiddleware, RouteOptions, _options, route_options
+from apf_limiter.asgi import APFMiddleware, RouteOptions, route_options
 from apf_limiter.asgi._classify import ScopeClassifier
 from apf_limiter.asgi._identity import default_identify, remove_dot_segments, route_path
 from apf_limiter.asgi._routes import RouteLookup
 from apf_limiter.asgi._types import Receive, Scope, Send
+from apf_limiter.gate import MARKED_ENDPOINTS
 from apf_limiter.testing import FakeClock
 from tests.asgi.driver import Driver, http_scope, websocket_scope
 
@@ -52,7 +53,7 @@ async def _plain(request: Request) -> Response:
 @pytest.fixture
 def nothing_marked() -> Iterator[None]:
     """A process where no endpoint is marked (other tests' modules mark some at import)."""
-    counter = _options.MARKED_ENDPOINTS
+    counter = MARKED_ENDPOINTS
     marked = counter[0]
     counter[0] = 0
     yield
@@ -115,7 +116,7 @@ async def test_an_endpoint_marked_after_the_middleware_was_built_is_found() -> N
     assert isinstance(before, tuple)
     assert before[0].seats is None
     route_options(seats=5)(export)  # marked now: the counter says a lookup may find it
-    assert _options.MARKED_ENDPOINTS[0] == 1
+    assert MARKED_ENDPOINTS[0] == 1
     after = classify(http_scope("/export", app=app))
     assert isinstance(after, tuple)
     assert after[0].seats == 5

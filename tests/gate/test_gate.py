@@ -39,6 +39,25 @@ async def test_free_seats_admit_at_once_with_the_metadata() -> None:
     assert limiter.statistics().executing_requests == 0
 
 
+async def test_end_releases_only_what_is_still_held() -> None:
+    gate, limiter, _ = _gate(slow_clients=NO_RATE)
+    ticket = gate.start(_digest())
+    assert not ticket.released
+    ticket.release()  # the response completed: the seats go back now
+    assert ticket.released and limiter.statistics().executing_requests == 0
+    assert ticket.end(None) is False  # nothing left to release
+    # A front door that released through the admission itself says so; end() then skips it.
+    other = gate.start(_digest("bob"))
+    other.admission.release()
+    other.released = True
+    assert other.end(None) is False and limiter.statistics().executing_requests == 0
+    # Not released before end(): end() gives the seats back.
+    third = gate.start(_digest("carol"))
+    assert limiter.statistics().executing_requests == 1
+    assert third.end(None) is False and third.released
+    assert limiter.statistics().executing_requests == 0
+
+
 async def test_a_cancelled_wait_holds_nothing() -> None:
     gate, limiter, clock = _gate(slow_clients=NO_RATE)
     first = gate.start(_digest())

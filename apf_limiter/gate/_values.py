@@ -1,37 +1,47 @@
-"""The values the middleware's hooks and route settings return.
+"""What a front door's hooks and route settings say about a request (protocol-neutral).
 
-* :class:`Identity` — who sent a request (``identify=`` hook).
+Every front door (the ASGI and aiohttp middlewares; the gRPC interceptor takes a plain user
+name) reads the same values, so they live with the gate rather than in one front door:
+
+* :class:`Identity` — who sent a request (``identify=`` hook); :func:`identity_names` turns it
+  into the digest's user and groups.
 * :class:`ResourceAttributes` — what resource a request acts on (``resolve=`` hook).
 * :class:`WorkEstimate` — how many seats a request takes (``estimate=`` hook).
 * :class:`RouteOptions` and :func:`route_options` — per-route settings: a work estimate,
   whether the route is long-running and its request deadline, attached to an endpoint or given
-  per path.
+  per path; :func:`endpoint_options` reads an endpoint's mark.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from apf_limiter._checks import check_timeout
-from apf_limiter._digest import check_estimate
+from apf_limiter._digest import (
+    ANONYMOUS_USER,
+    AUTHENTICATED_GROUP,
+    UNAUTHENTICATED_GROUP,
+    check_estimate,
+)
 
 #: The endpoint attribute :func:`route_options` stores its :class:`RouteOptions` in.
-ROUTE_OPTIONS_ATTRIBUTE = "__apf_route_options__"
+ROUTE_OPTIONS_ATTRIBUTE: Final = "__apf_route_options__"
 #: How many endpoints :func:`route_options` has marked in this process (one counter, in a
-#: list so that importers share it): while it is 0 no route lookup can find anything, and the
-#: middleware skips the lookup altogether.
+#: list so that importers share it): while it is 0 no route lookup can find anything, and a
+#: front door skips the lookup altogether.
 MARKED_ENDPOINTS: list[int] = [0]
 
 _E = TypeVar("_E")
+_ANONYMOUS_GROUPS: Final[tuple[str, ...]] = (UNAUTHENTICATED_GROUP,)
 
 
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Who sent a request, as an ``identify=`` hook returns it.
 
-    The middleware adds the group ``system:authenticated`` (as every Kubernetes authenticator
+    The front door adds the group ``system:authenticated`` (as every Kubernetes authenticator
     does), so schemas written for authenticated users match. Return ``None`` from the hook for
     an anonymous request instead (``system:anonymous`` in ``system:unauthenticated``).
 
@@ -48,6 +58,28 @@ class Identity:
             raise ValueError(f"Identity.user must be a non-empty string, got {self.user!r}")
         if isinstance(self.groups, str) or not all(isinstance(g, str) for g in self.groups):
             raise TypeError(f"Identity.groups must be a tuple of strings, got {self.groups!r}")
+
+
+def identity_names(identity: Identity | None) -> tuple[str, tuple[str, ...]]:
+    """The digest's user and groups for ``identity`` (``None``: anonymous).
+
+    Kubernetes' authenticators put every authenticated user in ``system:authenticated`` and an
+    anonymous one (``system:anonymous``) in ``system:unauthenticated``: so does this.
+
+    Args:
+        identity: Who sent the request, or ``None``.
+
+    Returns:
+        The user name and the groups, as a tuple.
+    """
+    if identity is None:
+        return ANONYMOUS_USER, _ANONYMOUS_GROUPS
+    groups = identity.groups
+    if type(groups) is not tuple:
+        groups = tuple(groups)  # Identity checked the items; the digest keeps a tuple
+    if AUTHENTICATED_GROUP not in groups:
+        groups = (*groups, AUTHENTICATED_GROUP)
+    return identity.user, groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +175,19 @@ class RouteOptions:
         return WorkEstimate(self.seats or 1, self.final_seats, self.additional_latency)
 
 
+def endpoint_options(endpoint: object) -> RouteOptions | None:
+    """The :class:`RouteOptions` an endpoint was marked with by :func:`route_options`, if any.
+
+    Args:
+        endpoint: A function, method or endpoint class.
+
+    Returns:
+        The options, or ``None`` when the endpoint is not marked.
+    """
+    options = getattr(endpoint, ROUTE_OPTIONS_ATTRIBUTE, None)
+    return options if isinstance(options, RouteOptions) else None
+
+
 def route_options(
     *,
     seats: int | None = None,
@@ -153,9 +198,10 @@ def route_options(
 ) -> Callable[[_E], _E]:
     """Mark an endpoint (a function or an endpoint class) with :class:`RouteOptions`.
 
-    The middleware finds the endpoint by matching the request against the application's
-    routes (Starlette and FastAPI routers, mounts included), so the decorator may sit above or
-    below the framework's route decorator::
+    The ASGI middleware finds the endpoint by matching the request against the application's
+    routes (Starlette and FastAPI routers, mounts included), the aiohttp middleware by the
+    request's matched handler, so the decorator may sit above or below the framework's route
+    decorator::
 
         @app.get("/reports/export")
         @route_options(seats=4)
