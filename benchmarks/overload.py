@@ -21,7 +21,15 @@ per run, interleaved:
 * ``apf-retry`` — the same server, clients that retry after ``Retry-After`` when their
   deadline allows it;
 * ``apf-seats-22`` — APF with 22 seats, two more than the pool: a request dispatched waits in
-  the pool's own line instead of the pool idling while the next one is woken.
+  the pool's own line instead of the pool idling while the next one is woken;
+* ``apf-deadlines`` / ``apf-retry-deadlines`` — ``apf`` / ``apf-retry`` with clients that
+  send what is left of their timeout in :data:`DEADLINE_HEADER`, which the server reads
+  (:class:`~apf_limiter.gate.ClientDeadlines`); ``apf-wait-15`` (the option off) and
+  ``apf-wait-15-deadlines`` (on) — the same clients, a ``requestWaitLimit`` of 15 s.
+
+Beside the client's view, each run records the server's own counts over the window (its
+``/_bench/stats``): the pool's served requests, hold overrun and handoff gap, the responses
+finished after the client's deadline, and APF's dispatched, timed-out and cancelled counts.
 
 The clients of every contender but ``apf-retry`` ignore ``Retry-After``: a rejection is final
 (``bare`` and ``semaphore`` never reject; uvicorn's 503 carries no ``Retry-After``). Every
@@ -323,7 +331,7 @@ class OpenLoop:
     async def server_stats(self, at: float) -> dict[str, Any]:
         """The server's ``/_bench/stats`` (outside the limiter), ``at`` seconds after the start."""
         await asyncio.sleep(max(0.0, self.started + at - asyncio.get_running_loop().time()))
-        for _ in range(100):  # --limit-concurrency may turn it away (503): ask again
+        for _ in range(2000):  # --limit-concurrency may turn it away (503): ask again
             reader, writer = await asyncio.open_connection(self.host, self.port)
             try:
                 writer.write(b"GET /_bench/stats HTTP/1.0\r\nhost: bench\r\n\r\n")
@@ -334,7 +342,7 @@ class OpenLoop:
             if head.startswith(b"HTTP/1.1 200"):
                 stats: dict[str, Any] = json.loads(body)
                 return stats
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.005)
         raise RuntimeError(f"/_bench/stats: no answer, last {answer[:100]!r}")
 
     async def run(
