@@ -27,6 +27,7 @@ asking never changes what is measured.
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import json
 import os
@@ -48,6 +49,7 @@ from apf_limiter._demo.app import SemaphoreMiddleware, bearer_identity, demo_con
 from apf_limiter.asgi import APFMiddleware, IdentityHooks
 from apf_limiter.asgi._types import ASGIApp, Receive, Scope, Send
 from apf_limiter.config._defaults import default_configuration
+from apf_limiter.gate import ClientDeadlines
 
 __all__ = [
     "build_info",
@@ -167,7 +169,11 @@ class _BenchRoutes:
         await self.app(scope, receive, send)
 
     def _stats(self, count_objects: bool) -> dict[str, Any]:
-        stats: dict[str, Any] = {"pid": os.getpid()}
+        stats: dict[str, Any] = {
+            "pid": os.getpid(),
+            "monotonic": time.monotonic(),
+            "pool": dict(POOL_STATS),
+        }
         if count_objects:
             gc.collect()
             stats["gc_objects"] = len(gc.get_objects())
@@ -316,17 +322,60 @@ def work_semaphore() -> ASGIApp:
 POOL_SIZE = 20
 
 
+#: What the pool did, since the process started (``/_bench/stats``'s ``pool``): requests
+#: served, slot-seconds held, seconds the holds ran over what they asked (a busy event loop
+#: wakes them late), seconds waited in the pool's own line, and the responses sent after the
+#: client's own deadline (header ``x-bench-deadline``, on the monotonic clock the benchmark
+#: shares on Linux): work done for a client that had already given up. ``handoff_gap_s``: from
+#: a connection's release to its next acquire (FIFO), the time the pool sat idle between two
+#: requests (under overload: the time the limiter in front took to hand the next one over).
+POOL_STATS: dict[str, float] = {
+    "served": 0,
+    "held_s": 0.0,
+    "handoff_gap_s": 0.0,
+    "overrun_s": 0.0,
+    "line_wait_s": 0.0,
+    "answered_after_deadline": 0,
+}
+
+
+def _bench_deadline(scope: Scope) -> float | None:
+    for name, value in scope["headers"]:
+        if name == b"x-bench-deadline":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
 def _pool_work() -> ASGIApp:
     """``/work?ms=N``: hold one of the :data:`POOL_SIZE` connections of the pool for N ms."""
     pool: list[asyncio.Semaphore] = []
+    stats = POOL_STATS
+    released: collections.deque[float] = collections.deque(maxlen=POOL_SIZE)
 
     async def work(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         if not pool:
             pool.append(asyncio.Semaphore(POOL_SIZE))  # in the server's event loop
+        hold = _query_int(scope, b"ms", 50) / 1000
+        queued = time.monotonic()
         async with pool[0]:
-            await asyncio.sleep(_query_int(scope, b"ms", 50) / 1000)
+            started = time.monotonic()
+            if released:
+                stats["handoff_gap_s"] += started - released.popleft()
+            await asyncio.sleep(hold)
+            ended = time.monotonic()
+            released.append(ended)
+        stats["served"] += 1
+        stats["held_s"] += ended - started
+        stats["overrun_s"] += ended - started - hold
+        stats["line_wait_s"] += started - queued
+        deadline = _bench_deadline(scope)
+        if deadline is not None and ended > deadline:
+            stats["answered_after_deadline"] += 1
         await _plain(send, 200, b"ok", [])
 
     return work
@@ -348,11 +397,18 @@ def pool_apf_config() -> dict[str, Any]:
 
 
 def pool_apf() -> ASGIApp:
-    """``/work`` holding a connection of a 20-connection pool, behind APF (maybe adaptive)."""
+    """``/work`` holding a connection of a 20-connection pool, behind APF (maybe adaptive).
+
+    ``APF_BENCH_DEADLINE_HEADER`` names a client timeout header (in milliseconds, such as
+    Envoy's ``x-envoy-expected-rq-timeout-ms``) that bounds each request's queue wait
+    (:class:`~apf_limiter.gate.ClientDeadlines`); unset, the option is off.
+    """
+    header = os.environ.get("APF_BENCH_DEADLINE_HEADER")
     middleware = APFMiddleware(
         _pool_work(),
         config=pool_apf_config(),
         identity=IdentityHooks(identify=bearer_identity),
+        client_deadlines=ClientDeadlines(header=header) if header else None,
     )
     return _BenchRoutes(middleware, middleware.limiter)
 

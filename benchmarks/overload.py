@@ -21,7 +21,15 @@ per run, interleaved:
 * ``apf-retry`` — the same server, clients that retry after ``Retry-After`` when their
   deadline allows it;
 * ``apf-seats-22`` — APF with 22 seats, two more than the pool: a request dispatched waits in
-  the pool's own line instead of the pool idling while the next one is woken.
+  the pool's own line instead of the pool idling while the next one is woken;
+* ``apf-deadlines`` / ``apf-retry-deadlines`` — ``apf`` / ``apf-retry`` with clients that
+  send what is left of their timeout in :data:`DEADLINE_HEADER`, which the server reads
+  (:class:`~apf_limiter.gate.ClientDeadlines`); ``apf-wait-15`` (the option off) and
+  ``apf-wait-15-deadlines`` (on) — the same clients, a ``requestWaitLimit`` of 15 s.
+
+Beside the client's view, each run records the server's own counts over the window (its
+``/_bench/stats``): the pool's served requests, hold overrun and handoff gap, the responses
+finished after the client's deadline, and APF's dispatched, timed-out and cancelled counts.
 
 The clients of every contender but ``apf-retry`` ignore ``Retry-After``: a rejection is final
 (``bare`` and ``semaphore`` never reject; uvicorn's 503 carries no ``Retry-After``). Every
@@ -42,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import json
 import math
 import os
 import random
@@ -73,14 +82,25 @@ APF_ENV = {
     "APF_BENCH_QUEUE_LENGTH": "50",
     "APF_BENCH_WAIT_LIMIT": "1",
 }
-#: Contender -> (application factory, extra uvicorn options, environment, clients retry).
-CONTENDERS: dict[str, tuple[str, list[str], dict[str, str], bool]] = {
-    "bare": ("pool_bare", [], {}, False),
-    "semaphore": ("pool_semaphore", [], {}, False),
-    "limit-concurrency": ("pool_bare", ["--limit-concurrency", "100"], {}, False),
-    "apf": ("pool_apf", [], APF_ENV, False),
-    "apf-retry": ("pool_apf", [], APF_ENV, True),
-    "apf-seats-22": ("pool_apf", [], {**APF_ENV, "APF_BENCH_CAPACITY": "22"}, False),
+#: The client timeout header the ``*-deadlines`` contenders send and read (Envoy's).
+DEADLINE_HEADER = "x-envoy-expected-rq-timeout-ms"
+#: Client deadlines on (the header read) with a ``requestWaitLimit`` of 15 s (Kubernetes'
+#: default), longer than the clients' timeout.
+_DEADLINES_ENV = {**APF_ENV, "APF_BENCH_DEADLINE_HEADER": DEADLINE_HEADER}
+_WAIT_15 = {"APF_BENCH_WAIT_LIMIT": "15"}
+#: Contender -> (application factory, extra uvicorn options, environment, clients retry,
+#: clients send their timeout in :data:`DEADLINE_HEADER`).
+CONTENDERS: dict[str, tuple[str, list[str], dict[str, str], bool, bool]] = {
+    "bare": ("pool_bare", [], {}, False, False),
+    "semaphore": ("pool_semaphore", [], {}, False, False),
+    "limit-concurrency": ("pool_bare", ["--limit-concurrency", "100"], {}, False, False),
+    "apf": ("pool_apf", [], APF_ENV, False, False),
+    "apf-retry": ("pool_apf", [], APF_ENV, True, False),
+    "apf-seats-22": ("pool_apf", [], {**APF_ENV, "APF_BENCH_CAPACITY": "22"}, False, False),
+    "apf-deadlines": ("pool_apf", [], _DEADLINES_ENV, False, True),
+    "apf-retry-deadlines": ("pool_apf", [], _DEADLINES_ENV, True, True),
+    "apf-wait-15": ("pool_apf", [], {**APF_ENV, **_WAIT_15}, False, True),
+    "apf-wait-15-deadlines": ("pool_apf", [], {**_DEADLINES_ENV, **_WAIT_15}, False, True),
 }
 _REJECTED = (429, 503)
 _MICE = 40
@@ -180,6 +200,7 @@ class OpenLoop:
         hold_ms: The ``ms`` each request asks the pool to be held.
         timeout: Seconds after which a client gives up.
         retry: Retry after ``Retry-After`` when the deadline allows it.
+        tell_deadline: Send the timeout in :data:`DEADLINE_HEADER` (in milliseconds).
         max_connections: Connections open at once, at most.
     """
 
@@ -188,6 +209,7 @@ class OpenLoop:
     hold_ms: int
     timeout: float
     retry: bool
+    tell_deadline: bool = False
     max_connections: int = 3000
     open_connections: int = 0
     idle: list[_Connection] = field(default_factory=list)
@@ -199,10 +221,16 @@ class OpenLoop:
     def _since(self) -> float:
         return asyncio.get_running_loop().time() - self.started
 
-    def _request(self, token: str) -> bytes:
+    def _request(self, token: str, deadline: float) -> bytes:
+        # x-bench-deadline: the client's deadline on the monotonic clock the server shares,
+        # so the pool counts what it served after its client left (not read by APF).
+        told = ""
+        if self.tell_deadline:
+            left = round((deadline - asyncio.get_running_loop().time()) * 1000)
+            told = f"{DEADLINE_HEADER}: {max(1, left)}\r\n"
         return (
             f"GET /work?ms={self.hold_ms} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
-            f"authorization: Bearer {token}\r\n\r\n"
+            f"authorization: Bearer {token}\r\nx-bench-deadline: {deadline:.6f}\r\n{told}\r\n"
         ).encode()
 
     async def _connection(self, deadline: float, fresh: bool) -> _Connection:
@@ -229,14 +257,14 @@ class OpenLoop:
         loop = asyncio.get_running_loop()
         first = loop.time()
         deadline = first + self.timeout
-        request = self._request(token)
         attempts = 0
         fresh = False  # a new connection, after a kept-alive one failed
         while True:
             attempts += 1
             try:
                 connection = await self._connection(deadline, fresh)
-                answer = connection.send(request)
+                # A retry tells what is left of the timeout, as an HTTP client's would.
+                answer = connection.send(self._request(token, deadline))
                 timer = loop.call_at(deadline, connection.expire)
                 try:
                     status, retry_after, close = await answer
@@ -300,12 +328,32 @@ class OpenLoop:
             tasks.append(asyncio.create_task(self.one(token, mouse, due - self.started)))
             number += 1
 
-    async def run(self, flood_rate: float, mice_rate: float, duration: float, seed: int) -> None:
+    async def server_stats(self, at: float) -> dict[str, Any]:
+        """The server's ``/_bench/stats`` (outside the limiter), ``at`` seconds after the start."""
+        await asyncio.sleep(max(0.0, self.started + at - asyncio.get_running_loop().time()))
+        for _ in range(2000):  # --limit-concurrency may turn it away (503): ask again
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            try:
+                writer.write(b"GET /_bench/stats HTTP/1.0\r\nhost: bench\r\n\r\n")
+                answer = await asyncio.wait_for(reader.read(), 10)
+            finally:
+                writer.close()
+            head, _, body = answer.partition(b"\r\n\r\n")
+            if head.startswith(b"HTTP/1.1 200"):
+                stats: dict[str, Any] = json.loads(body)
+                return stats
+            await asyncio.sleep(0.005)
+        raise RuntimeError(f"/_bench/stats: no answer, last {answer[:100]!r}")
+
+    async def run(
+        self, flood_rate: float, mice_rate: float, duration: float, seed: int, warmup: float = 0.0
+    ) -> list[dict[str, Any]]:
         """The flood and the mice (``mice_rate`` in all) for ``duration`` seconds.
 
-        Returns when every arrival has ended.
+        Returns when every arrival has ended: the server's stats at ``warmup`` and ``duration``.
         """
         self.started = asyncio.get_running_loop().time()
+        stats = asyncio.gather(self.server_stats(warmup), self.server_stats(duration))
         mice = [f"mouse-{n}" for n in range(_MICE)]
         schedules = [
             self.arrivals(flood_rate, ["flood"], False, duration, f"{seed}/flood"),
@@ -316,6 +364,7 @@ class OpenLoop:
         await asyncio.wait(spawned, timeout=self.timeout + 10)
         for connection in self.idle:
             connection.expire()
+        return list(await stats)
 
 
 def _cpu(pid: int) -> float:
@@ -345,12 +394,14 @@ def run_once(
     seed: int,
 ) -> dict[str, Any]:
     """One contender at one multiple of the capacity, on a fresh server: the run's figures."""
-    factory, extra, env, retry = CONTENDERS[contender]
+    factory, extra, env, retry, tell = CONTENDERS[contender]
     capacity = POOL_SIZE / (hold_ms / 1000)
     with running_server(contender, factory, uvicorn_args=extra, env=env) as server:
-        client = OpenLoop(server.host, server.port, hold_ms, timeout, retry)
+        client = OpenLoop(server.host, server.port, hold_ms, timeout, retry, tell)
         server_cpu, own_cpu, wall = _cpu(server.pid), _own_cpu(), time.perf_counter()
-        asyncio.run(client.run(multiple * capacity, _MICE_SHARE * capacity, duration, seed))
+        before, after = asyncio.run(
+            client.run(multiple * capacity, _MICE_SHARE * capacity, duration, seed, warmup)
+        )
         wall = time.perf_counter() - wall
         server_cpu, own_cpu = _cpu(server.pid) - server_cpu, _own_cpu() - own_cpu
     # Goodput: the answers in time that ended within the measured window (a throughput, which
@@ -385,6 +436,7 @@ def run_once(
         "rejections": rejected,
         "served": sum(1 for o in client.outcomes if o.status == 200),
         "server_cpu_s": round(server_cpu, 3),
+        "server": _server_window(before, after, duration - warmup, hold_ms),
         "generator": {
             "cpu_s": round(own_cpu, 3),
             "cpu_share": round(own_cpu / wall, 3),
@@ -398,6 +450,39 @@ def run_once(
             "transport_errors": sum(1 for o in client.outcomes if o.status == TRANSPORT_ERROR),
         },
     }
+
+
+def _server_window(
+    before: dict[str, Any], after: dict[str, Any], seconds: float, hold_ms: int
+) -> dict[str, Any]:
+    """What the server did within the measured window, from its stats at its two ends.
+
+    ``seconds``: the window asked for; the stats may come late (``--limit-concurrency`` turns
+    the request for them away under load), so the pool's figures are over their own times.
+    """
+    seconds = after["monotonic"] - before["monotonic"]
+    pool = {key: after["pool"][key] - before["pool"][key] for key in after["pool"]}
+    window: dict[str, Any] = {
+        # Slot-seconds held over the pool's slot-seconds: 1.0 is a pool never idle.
+        "pool_busy": round(pool["held_s"] / (POOL_SIZE * seconds), 4),
+        "pool_served": pool["served"],
+        "stats_window_s": round(seconds, 3),
+        "handoff_gap_ms": round(pool["handoff_gap_s"] / pool["served"] * 1000, 2)
+        if pool["served"]
+        else None,
+        "hold_overrun_ms": round(pool["overrun_s"] / pool["served"] * 1000, 2)
+        if pool["served"]
+        else None,
+        "pool_line_wait_ms": round(pool["line_wait_s"] / pool["served"] * 1000, 2)
+        if pool["served"]
+        else None,
+        # Served with the client gone: the pool's work no one received.
+        "answered_after_deadline": pool["answered_after_deadline"],
+    }
+    for key in ("dispatched", "timed_out", "cancelled", "rejected"):
+        if key in after:
+            window[key] = after[key] - before[key]
+    return window
 
 
 def _cpu_per_rejection(runs: list[dict[str, Any]]) -> None:
@@ -551,7 +636,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 runs.append(run)
                 print(
                     f"  {multiple:g}× {contender}: goodput {run['goodput']:.3f}, "
-                    f"mice p99 {run['mice_p99']:.3f} s, generator late p99 "
+                    f"mice p99 {run['mice_p99']:.3f} s, "
+                    f"pool busy {run['server']['pool_busy']:.3f}, served after the client "
+                    f"left {run['server']['answered_after_deadline']}, generator late p99 "
                     f"{run['generator']['lateness_p99_ms']:.1f} ms",
                     flush=True,
                 )

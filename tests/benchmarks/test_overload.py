@@ -43,9 +43,36 @@ def test_a_quick_run_rejects_retries_and_plots(tmp_path: Path) -> None:
     assert apf["generator"]["sends_with_retries"] > apf["arrivals"]  # retried after Retry-After
     assert apf["cpu_per_rejection_us"] is not None
     assert apf["mice"] > 0
+    # The server's own counts over the window: the pool worked, APF dispatched and timed out.
+    assert apf["server"]["pool_served"] > 0 < apf["server"]["pool_busy"]
+    assert apf["server"]["dispatched"] > 0
+    assert apf["server"]["answered_after_deadline"] >= 0
+    assert "dispatched" not in five_times["server"]  # no limiter, only the pool's counts
 
     pytest.importorskip("matplotlib")
     from benchmarks.plots import overload_goodput
 
     overload_goodput(result, tmp_path / "overload.png")
     assert (tmp_path / "overload.png").stat().st_size > 10_000
+
+
+def test_clients_tell_what_is_left_of_their_timeout() -> None:
+    async def requests() -> tuple[bytes, bytes]:
+        told = overload.OpenLoop("127.0.0.1", 1, 200, 2.0, False, tell_deadline=True)
+        silent = overload.OpenLoop("127.0.0.1", 1, 200, 2.0, False)
+        deadline = asyncio.get_running_loop().time() + 1.5
+        return told._request("flood", deadline), silent._request("flood", deadline)
+
+    told, silent = asyncio.run(requests())
+    header = overload.DEADLINE_HEADER.encode()
+    value = told.split(header + b": ")[1].split(b"\r\n")[0]
+    assert 1400 <= int(value) <= 1500  # what is left of the deadline, in milliseconds
+    assert header not in silent
+    assert b"x-bench-deadline: " in told and b"x-bench-deadline: " in silent
+
+
+def test_the_deadline_contenders_read_the_header_the_clients_send() -> None:
+    for name, (_, _, env, _, tell) in overload.CONTENDERS.items():
+        reads = env.get("APF_BENCH_DEADLINE_HEADER")
+        assert reads in (None, overload.DEADLINE_HEADER), name
+        assert not reads or tell, name  # a server reading it has clients sending it
