@@ -12,11 +12,14 @@ package is imported at run time: the shell imports :data:`MAX_REQUEST_WAIT_LIMIT
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from apf_limiter.config._fields import Reader
     from apf_limiter.config._problems import Problems
+
+_V = TypeVar("_V", str, int)
 
 #: The settings' keys, in the order problems and messages list them.
 SETTING_KEYS: tuple[str, ...] = (
@@ -129,30 +132,16 @@ def read_enforcement(
     """
     if reader is None:
         return DEFAULT_ENFORCEMENT, ()
-    enforcement = reader.string("enforcement")
-    if enforcement is None:
-        enforcement = DEFAULT_ENFORCEMENT
-    elif enforcement not in ENFORCEMENTS:
-        problems.not_supported("enforcement", enforcement, ENFORCEMENTS)
-    overrides = reader.mapping("priorityLevelEnforcement", None)
-    if overrides is None:
-        return enforcement, ()
-    by_level: dict[str, str] = {}
-    for name in overrides.raw:
-        if not isinstance(name, str):
-            problems.wrong_type(overrides.path, name, "level names must be strings")
-            continue
-        value = overrides.string(name)
-        if value is None:
-            continue
-        path = overrides.child_path(name)
-        if value not in ENFORCEMENTS:
-            problems.not_supported(path, value, ENFORCEMENTS)
-        elif name not in level_names:
-            problems.not_found(path, name, "no priority level of this name")
-        else:
-            by_level[name] = value
-    return enforcement, tuple(sorted(by_level.items()))
+    return _server_and_levels(
+        reader,
+        ("enforcement", "priorityLevelEnforcement"),
+        lambda fields, key: fields.string(key),
+        ENFORCEMENTS,
+        ENFORCEMENTS,
+        DEFAULT_ENFORCEMENT,
+        level_names,
+        problems,
+    )
 
 
 def read_rejection_status(
@@ -170,28 +159,51 @@ def read_rejection_status(
     """
     if reader is None:
         return DEFAULT_REJECTION_STATUS, ()
-    supported = tuple(str(status) for status in REJECTION_STATUSES)
-    status = reader.integer("rejectionStatus")
-    if status is None:
-        status = DEFAULT_REJECTION_STATUS
-    elif status not in REJECTION_STATUSES:
-        problems.not_supported("rejectionStatus", status, supported)
-    overrides = reader.mapping("priorityLevelRejectionStatus", None)
+    return _server_and_levels(
+        reader,
+        ("rejectionStatus", "priorityLevelRejectionStatus"),
+        lambda fields, key: fields.integer(key),
+        REJECTION_STATUSES,
+        tuple(str(status) for status in REJECTION_STATUSES),
+        DEFAULT_REJECTION_STATUS,
+        level_names,
+        problems,
+    )
+
+
+def _server_and_levels(
+    reader: Reader,
+    keys: tuple[str, str],
+    read: Callable[[Reader, str], _V | None],
+    allowed: Collection[_V],
+    shown: Sequence[str],
+    default: _V,
+    level_names: set[str],
+    problems: Problems,
+) -> tuple[_V, tuple[tuple[str, _V], ...]]:
+    """A server-wide setting (``keys[0]``) and its overrides by level name (``keys[1]``)."""
+    key, by_level_key = keys
+    value = read(reader, key)
+    if value is None:
+        value = default
+    elif value not in allowed:
+        problems.not_supported(key, value, shown)
+    overrides = reader.mapping(by_level_key, None)
     if overrides is None:
-        return status, ()
-    by_level: dict[str, int] = {}
+        return value, ()
+    by_level: dict[str, _V] = {}
     for name in overrides.raw:
         if not isinstance(name, str):
             problems.wrong_type(overrides.path, name, "level names must be strings")
             continue
-        value = overrides.integer(name)
-        if value is None:
+        level_value = read(overrides, name)
+        if level_value is None:
             continue
         path = overrides.child_path(name)
-        if value not in REJECTION_STATUSES:
-            problems.not_supported(path, value, supported)
+        if level_value not in allowed:
+            problems.not_supported(path, level_value, shown)
         elif name not in level_names:
             problems.not_found(path, name, "no priority level of this name")
         else:
-            by_level[name] = value
-    return status, tuple(sorted(by_level.items()))
+            by_level[name] = level_value
+    return value, tuple(sorted(by_level.items()))
