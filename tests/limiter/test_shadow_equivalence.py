@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +99,30 @@ _ARRIVAL = st.tuples(
 )
 
 
+def random_traces(
+    max_examples: int,
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Draw a random configuration and trace for a test (this one and simulate's exactness).
+
+    The test takes ``server_limit``, ``wait_limit``, ``shapes`` (levels) and ``raw`` (arrivals).
+    """
+
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        drawn = given(
+            server_limit=st.integers(3, 12),
+            wait_limit=st.sampled_from([0.4, 1.5, 4.0]),
+            shapes=st.lists(_SHAPE, min_size=1, max_size=3),
+            raw=st.lists(_ARRIVAL, min_size=1, max_size=40),
+        )(test)
+        return settings(
+            max_examples=max_examples,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )(drawn)
+
+    return decorate
+
+
 def _trace(raw: list[tuple[int, int, int, int, int, int, int]], levels: int) -> list[Arrival]:
     arrivals = []
     at = 0.0
@@ -179,17 +204,7 @@ def _same(enforced: list[Outcome], shadowed: list[Outcome]) -> None:
             assert a == b, (index, a, b)
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    server_limit=st.integers(3, 12),
-    wait_limit=st.sampled_from([0.4, 1.5, 4.0]),
-    shapes=st.lists(_SHAPE, min_size=1, max_size=3),
-    raw=st.lists(_ARRIVAL, min_size=1, max_size=40),
-)
+@random_traces(200)
 def test_shadow_reports_what_enforcing_does(
     server_limit: int,
     wait_limit: float,

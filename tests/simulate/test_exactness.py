@@ -16,15 +16,12 @@ import heapq
 import math
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from apf_limiter import RequestDigest
 from apf_limiter._simulate._run import Outcome, Simulation
 from apf_limiter._simulate._scenario import Scenario, parse_scenario
 from apf_limiter._simulate._sources import ListSource, Source, scenario_sources
 from apf_limiter.config import load_config
-from tests.limiter.test_shadow_equivalence import _ARRIVAL, _SHAPE, Arrival, _config, _digest, _run
+from tests.limiter.test_shadow_equivalence import Arrival, _config, _digest, _run, random_traces
 from tests.limiter.test_shadow_equivalence import _trace as make_trace
 
 Live = tuple[str, float | str, int | None]
@@ -71,17 +68,7 @@ def _arrivals(trace: list[Arrival]) -> list[tuple[float, str, RequestDigest, flo
     return [(arrival.at, "trace", _digest(arrival), arrival.service) for arrival in trace]
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    server_limit=st.integers(3, 12),
-    wait_limit=st.sampled_from([0.4, 1.5, 4.0]),
-    shapes=st.lists(_SHAPE, min_size=1, max_size=3),
-    raw=st.lists(_ARRIVAL, min_size=1, max_size=40),
-)
+@random_traces(150)
 def test_simulate_gives_each_request_what_a_live_shadow_limiter_gives_it(
     server_limit: int,
     wait_limit: float,

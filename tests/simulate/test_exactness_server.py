@@ -30,9 +30,6 @@ import bisect
 import math
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from apf_limiter import Limiter, RequestDigest
 from apf_limiter._observer import Observer
 from apf_limiter._simulate._run import Outcome
@@ -40,7 +37,7 @@ from apf_limiter.asgi import APFMiddleware, Identity, IdentityHooks, WorkEstimat
 from apf_limiter.asgi._types import Receive, Scope, Send
 from apf_limiter.testing import FakeClock
 from tests.asgi.driver import Driver, http_scope
-from tests.limiter.test_shadow_equivalence import _ARRIVAL, _SHAPE, _config
+from tests.limiter.test_shadow_equivalence import _config, random_traces
 from tests.limiter.test_shadow_equivalence import _trace as make_trace
 from tests.simulate.test_exactness import _arrivals, _simulated, _trace_of
 
@@ -195,17 +192,7 @@ def _check(
     return simulated
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    server_limit=st.integers(3, 12),
-    wait_limit=st.sampled_from([0.4, 1.5, 4.0]),
-    shapes=st.lists(_SHAPE, min_size=1, max_size=3),
-    raw=st.lists(_ARRIVAL, min_size=1, max_size=40),
-)
+@random_traces(150)
 def test_simulate_gives_each_request_what_a_shadow_server_says(
     server_limit: int,
     wait_limit: float,
