@@ -47,6 +47,17 @@ async def _status_line(reader: asyncio.StreamReader) -> bytes:
     return (await asyncio.wait_for(reader.readline(), 5)).strip()
 
 
+async def _trickle(writer: asyncio.StreamWriter, times: int, period: float) -> None:
+    """Send one body byte every ``period`` seconds, ``times`` times at most."""
+    for _ in range(times):
+        try:
+            writer.write(b"x")
+            await writer.drain()
+        except ConnectionError:
+            return
+        await asyncio.sleep(period)
+
+
 RESET = b"(connection reset)"
 
 
@@ -70,16 +81,7 @@ async def test_slow_uploaders_lose_their_seats_and_others_are_served_meanwhile()
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
         uploads = [await _connect(url, head % i) for i in range(4)]
 
-        async def trickle(writer: asyncio.StreamWriter) -> None:
-            for _ in range(20):  # 2 B/s, for at most 10 s
-                try:
-                    writer.write(b"x")
-                    await writer.drain()
-                except ConnectionError:
-                    return
-                await asyncio.sleep(0.5)
-
-        trickles = [asyncio.create_task(trickle(w)) for _, w in uploads]
+        trickles = [asyncio.create_task(_trickle(w, 20, 0.5)) for _, w in uploads]  # 2 B/s
         await wait_until(lambda: limiter.statistics().executing_requests == 4)
         started = time.monotonic()
         response = await client.get("/fast", headers={"x-user": "other"})
@@ -230,16 +232,11 @@ async def test_long_running_routes_cannot_hold_seats_before_their_response_start
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as http:
         hogs = [await _connect(url, head % i) for i in range(8)]
 
-        async def trickle(writer: asyncio.StreamWriter) -> None:
-            for _ in range(10):  # 1 B/s, for at most 10 s
-                try:
-                    writer.write(b"x")
-                    await writer.drain()
-                except ConnectionError:
-                    return
-                await asyncio.sleep(1)
-
-        trickles = [asyncio.create_task(trickle(w)) for _, w in hogs] if client == "uploads" else []
+        trickles = (
+            [asyncio.create_task(_trickle(w, 10, 1.0)) for _, w in hogs]  # 1 B/s
+            if client == "uploads"
+            else []
+        )
         await wait_until(lambda: limiter.statistics().executing_requests == 8)
         started = time.monotonic()
         responses = await asyncio.gather(
