@@ -21,6 +21,22 @@ EVERYONE_EVERYTHING: list[dict[str, Any]] = [
 ]
 
 
+def limit_response(
+    reject: bool, queues: int, hand_size: int, queue_length_limit: int
+) -> dict[str, Any]:
+    """A level's ``limitResponse``: ``Reject``, or ``Queue`` with this queuing."""
+    if reject:
+        return {"type": "Reject"}
+    return {
+        "type": "Queue",
+        "queuing": {
+            "queues": queues,
+            "handSize": hand_size,
+            "queueLengthLimit": queue_length_limit,
+        },
+    }
+
+
 def single_level_config(
     *,
     limit: int = 1,
@@ -37,17 +53,7 @@ def single_level_config(
     The level has 10000 shares beside catch-all's 5, so its nominal limit is ``limit`` (for
     ``limit`` up to 2000) and, with nothing lendable, borrowing never moves it.
     """
-    if reject:
-        response: dict[str, Any] = {"type": "Reject"}
-    else:
-        response = {
-            "type": "Queue",
-            "queuing": {
-                "queues": queues,
-                "handSize": hand_size,
-                "queueLengthLimit": queue_length_limit,
-            },
-        }
+    response = limit_response(reject, queues, hand_size, queue_length_limit)
     return {
         "serverConcurrencyLimit": limit,
         "requestWaitLimit": wait_limit,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.helpers import limit_response
+
 
 def jobs_config(
     *,
@@ -15,18 +17,7 @@ def jobs_config(
     wait_limit: float = 15.0,
 ) -> dict[str, Any]:
     """One level ``jobs`` of exactly ``limit`` seats; reports and exports, a flow per tenant."""
-    response: dict[str, Any] = (
-        {"type": "Reject"}
-        if reject
-        else {
-            "type": "Queue",
-            "queuing": {
-                "queues": queues,
-                "handSize": hand_size,
-                "queueLengthLimit": queue_length_limit,
-            },
-        }
-    )
+    response = limit_response(reject, queues, hand_size, queue_length_limit)
     return {
         "serverConcurrencyLimit": limit,
         "requestWaitLimit": wait_limit,
