@@ -136,10 +136,13 @@ async def test_the_classifier_is_built_on_the_worker_thread(tmp_path: Path) -> N
     path, clock, limiter, recorder = _reloading(tmp_path, limit=2)
     _replace(path, _text(5))
     await _tick(clock, limiter)  # seen changed
-    await clock.advance(1)
-    limiter.run_due()  # starts the check that reads, parses and builds
     reloader = limiter._reloader
     assert reloader is not None
+    # The scheduler's timer (armed in this event loop) starts the check that reads, parses
+    # and builds. No call into the limiter until it is waited for: a call could collect and
+    # apply the outcome first, if the worker was quick.
+    await clock.advance(1)
+    assert reloader.busy
     reloader.wait()
     outcome = reloader._outcome
     assert outcome is not None and outcome.config is not None
