@@ -188,7 +188,7 @@ def dump_priority_levels(limiter: Limiter) -> Dump:
     (``Enforce`` or ``Shadow``); otherwise the columns are exactly Kubernetes'.
     """
     run_due_before_read(limiter)
-    levels = sorted(limiter.dump().levels, key=_name)
+    levels = sorted(limiter.dump(waiting=False).levels, key=_name)
     # Only then: tools that parse the Kubernetes dump keep parsing it unchanged.
     shadow = any(level.shadow for level in levels)
     rows: list[tuple[Cell, ...]] = []
@@ -198,7 +198,7 @@ def dump_priority_levels(limiter: Limiter) -> Dump:
         rejected = stats.rejected
         row: tuple[Cell, ...] = (
             level.name,
-            sum(1 for queue in level.queues if queue.waiting),
+            sum(1 for queue in level.queues if queue.waiting_requests),
             level.is_idle,
             stats.quiescing,
             stats.waiting_requests,
@@ -223,13 +223,13 @@ def dump_queues(limiter: Limiter) -> Dump:
     """One row per queue of every queuing level (``dump_queues``)."""
     run_due_before_read(limiter)
     rows: list[tuple[Cell, ...]] = []
-    for level in limiter.dump().levels:
+    for level in limiter.dump(waiting=False).levels:
         for queue in level.queues:
             rows.append(
                 (
                     level.name,
                     queue.index,
-                    len(queue.waiting),
+                    queue.waiting_requests,
                     len(queue.executing),
                     queue.seats_in_use,
                     seat_seconds_str(queue.next_dispatch_r),
@@ -345,7 +345,7 @@ def dump_top_flows(
     check_top(top, "top")
     key = hash_key(hash_distinguishers)
     run_due_before_read(limiter)
-    levels = limiter.dump().levels
+    levels = limiter.dump(waiting=False).levels  # the top flows need the counts only
     shadow = any(level.shadow for level in levels)
     rows: list[tuple[Cell, ...]] = []
     for level in levels:

@@ -26,7 +26,14 @@ from tests.asgi.server import serve, wait_until
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
-from apf_limiter.observability import PrometheusMetrics, metrics_app  # noqa: E402
+from apf_limiter.observability import (  # noqa: E402
+    PrometheusMetrics,
+    dashboard_feed,
+    dump_priority_levels,
+    dump_queues,
+    dump_top_flows,
+    metrics_app,
+)
 from apf_limiter.observability._cut import CUT_MARK, MAX_CELL_WIDTH  # noqa: E402
 
 USERS = ("alice", "bob", "carol", "dave", "erin")
@@ -81,6 +88,46 @@ async def test_a_scrape_costs_the_same_with_3000_queued_requests_as_with_30(
     )
     if top_flows:
         assert b'top_flow_waiting_requests{distinguisher="alice"' in large_text
+
+
+def _read_peak(read: Callable[[], object]) -> tuple[int, object]:
+    """The memory ``read()`` allocates at its peak, in bytes, and what it returned."""
+    read()  # warm
+    tracemalloc.start()
+    try:
+        value = read()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, value
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda limiter: dashboard_feed(limiter, top_flows=5),
+        lambda limiter: dump_priority_levels(limiter).text(),
+        lambda limiter: dump_queues(limiter).text(),
+        lambda limiter: dump_top_flows(limiter).text(),
+    ],
+    ids=["dashboard_feed", "dump_priority_levels", "dump_queues", "dump_top_flows"],
+)
+async def test_the_dashboard_feed_and_the_count_dumps_cost_the_same_with_3000_queued(
+    read: Callable[[Limiter], object],
+) -> None:
+    # The dashboard polls its feed every second: it, and the dumps that show counts only, must
+    # not copy every waiting request as the full dump (``dump_requests``) does.
+    small_limiter = _queued(30, top_flows=0)[0]
+    large_limiter = _queued(3000, top_flows=0)[0]
+    small, small_value = _read_peak(lambda: read(small_limiter))
+    large, large_value = _read_peak(lambda: read(large_limiter))
+    assert large < small * 1.3 + 8192, (small, large)
+    assert type(large_value) is type(small_value)
+    if isinstance(large_value, dict):  # the feed: the counts are right all the same
+        (level,) = [level for level in large_value["priority_levels"] if level["name"] == "test"]
+        assert level["waiting_requests"] == 3000 and level["longest_queue"] >= 1500
+        assert {flow["distinguisher"] for flow in level["top_flows"]} == set(USERS)
+        assert sum(flow["waiting_requests"] for flow in level["top_flows"]) == 3000
 
 
 async def test_the_waiting_counts_follow_dispatch_time_outs_and_cancellations() -> None:
