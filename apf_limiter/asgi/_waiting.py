@@ -20,6 +20,10 @@ together reach its limit, none reads any more (a request that starts waiting the
 watched at all); bytes go back to the budget as the application is handed the kept messages,
 or when they are dropped.
 
+Under asyncio the helper is a plain task, cancelled and not waited for when the wait ends, so
+the application runs in the turn after its seats came, as after an ``asyncio.Semaphore``'s
+(a task group held it two turns more); under trio it runs in a task group.
+
 When the wait ends, a ``receive()`` the helper has in flight is cancelled once the body is
 complete: then only a disconnect could come, and every server's wait for it is cancel-safe.
 While more body is due, the call is not cancelled but handed over: it runs in a task of its
@@ -397,6 +401,15 @@ class _Watcher:
         elif isinstance(error, Exception):
             self.error = error
 
+    def ended(
+        self, entered: bool, rejected: Rejected | None, pending: Pending | None, receive: Receive
+    ) -> Waited:
+        """How the wait ended, once the helper stopped reading (``pending``: handed over)."""
+        self.take_completed()
+        if self.messages or self.error is not None or pending is not None:
+            receive = ReplayReceive(self.messages, receive, self.error, pending, self.budget)
+        return Waited(entered, rejected, self.disconnected, receive)
+
 
 async def _call(receive: Receive) -> Message:
     return await receive()
@@ -429,6 +442,9 @@ async def wait_watching_disconnect(
         request's task, say) propagate after the request left its queue.
     """
     watcher = _Watcher(receive, max_buffer, budget)
+    if _running_asyncio():
+        return await _wait_asyncio(ticket, receive, watcher)
+    # Under trio the helper runs in a task group: the group's exit waits for it to wind down.
     entered = False
     rejected: Rejected | None = None
     pending: Pending | None = None
@@ -449,7 +465,36 @@ async def wait_watching_disconnect(
         budget.give_back(watcher.messages)
         _cancel(pending)
         raise
-    watcher.take_completed()
-    if watcher.messages or watcher.error is not None or pending is not None:
-        receive = ReplayReceive(watcher.messages, receive, watcher.error, pending, budget)
-    return Waited(entered, rejected, watcher.disconnected, receive)
+    return watcher.ended(entered, rejected, pending, receive)
+
+
+async def _wait_asyncio(ticket: Ticket, receive: Receive, watcher: _Watcher) -> Waited:
+    # Under asyncio the helper is a plain task, cancelled but not awaited when the wait ends:
+    # a task group would hold the request for two more event-loop turns (the helper's
+    # cancellation, then the group's exit) before it runs, on every queued request. Nothing
+    # is lost by not waiting: the helper is cancelled in this very turn, before it can run
+    # again, and what it would still do (cancel its receive() unless handed over) is done
+    # here.
+    entered = False
+    rejected: Rejected | None = None
+    pending: Pending | None = None
+    scope = watcher.scope = anyio.CancelScope()
+    helper = asyncio.get_running_loop().create_task(watcher.run())
+    try:
+        with scope:
+            try:
+                await ticket.wait()
+                entered = True
+            except Rejected as exc:
+                rejected = exc
+        pending = watcher.hand_over(entered)
+    except BaseException:
+        helper.cancel()
+        watcher.budget.give_back(watcher.messages)
+        _cancel(watcher.pending)
+        raise
+    helper.cancel()
+    waited = watcher.ended(entered, rejected, pending, receive)
+    if pending is None:
+        _cancel(watcher.pending)  # waits only for a disconnect: not wanted any more
+    return waited

@@ -500,6 +500,79 @@ async def test_the_app_starts_at_once_though_a_body_chunk_is_due() -> None:
     await asyncio.wait_for(cancelled.wait(), 5)
 
 
+class _Turns:
+    """Counts event-loop turns: a callback that re-schedules itself once per turn."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._handle: asyncio.Handle | None = None
+
+    def start(self) -> None:
+        self.count = 0
+        self._handle = asyncio.get_running_loop().call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.count += 1
+        self._handle = asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+
+async def _semaphore_turns() -> int:
+    """Turns from a release to the waiter's work under ``asyncio.Semaphore`` (the baseline)."""
+    turns, semaphore = _Turns(), asyncio.Semaphore(1)
+    await semaphore.acquire()
+
+    async def waiter() -> int:
+        async with semaphore:
+            return turns.count
+
+    task = asyncio.create_task(waiter())
+    await asyncio.sleep(0)
+    turns.start()
+    semaphore.release()
+    try:
+        return await task
+    finally:
+        turns.stop()
+
+
+@pytest.mark.parametrize("messages", [(), (_body(b"abc", False),)], ids=["no-body", "body"])
+async def test_a_queued_request_runs_in_the_turn_after_its_seats_come(
+    messages: tuple[Message, ...],
+) -> None:
+    # Under overload every request is handed its seats by another's release: each turn the
+    # hand-off takes beyond asyncio.Semaphore's is a seat idle for a whole loop turn (a long
+    # one, at 10x overload). The helper watching receive() is cancelled, not waited for.
+    limiter = _limiter(limit=1)
+    held = await _occupy(limiter)
+    turns = _Turns()
+    started: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        started.append(turns.count)
+        if messages:
+            assert await receive() == messages[0]  # replayed: kept while it waited
+        await ok_app(scope, receive, send)
+
+    driver = Driver(*messages)
+    middleware = APFMiddleware(app, limiter=limiter)
+    task = asyncio.create_task(middleware(http_scope(), driver.receive, driver.send))
+    await settle(lambda: limiter.statistics().waiting_requests == 1)
+    for _ in range(3):
+        await asyncio.sleep(0)  # the helper has read what there is to read
+    turns.start()
+    await held.__aexit__(None, None, None)
+    await task
+    turns.stop()
+    assert started == [await _semaphore_turns()]
+    assert driver.start()["status"] == 200
+    level = limiter.statistics().priority_levels["test"]
+    assert (level.executing_requests, level.waiting_requests) == (0, 0)
+
+
 async def test_a_request_cancelled_as_it_is_admitted_holds_no_latency() -> None:
     # Cancelled from outside (a server shutdown, an outer timeout) at the instant of dispatch:
     # the app never ran, so its additional latency is not held.
@@ -515,8 +588,7 @@ async def test_a_request_cancelled_as_it_is_admitted_holds_no_latency() -> None:
     task = asyncio.create_task(middleware(http_scope(), driver.receive, driver.send))
     await settle(lambda: limiter.statistics().waiting_requests == 1)
     await held.__aexit__(None, None, None)  # dispatched ...
-    await asyncio.sleep(0)  # the wait returns; the watcher winds down (a checkpoint)
-    task.cancel()  # ... and cancelled there, before the app could start
+    task.cancel()  # ... and cancelled in the same turn, before the wait could return
     with pytest.raises(asyncio.CancelledError):
         await task
     assert app.calls == 0
