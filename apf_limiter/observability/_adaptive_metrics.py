@@ -31,6 +31,8 @@ def adaptive_samples(adaptive: AdaptiveStatistics) -> dict[str, dict[tuple[str, 
         "adaptive_latency_ratio": adaptive.last_ratio,
         "adaptive_last_latency_seconds": adaptive.last_latency,
         "adaptive_updates_total": adaptive.updates,
+        "adaptive_probes_total": adaptive.probes,
+        "adaptive_probing": adaptive.probing,
     }
     samples: dict[str, dict[tuple[str, ...], float]] = {
         name: {(): float(value)} for name, value in scalars.items()

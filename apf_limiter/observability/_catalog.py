@@ -193,6 +193,13 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("adaptive_updates_total", "counter", (),
                "Number of updates of the learned server concurrency limit", "scrape",
                origin="apf_limiter"),
+    MetricSpec("adaptive_probes_total", "counter", (),
+               "Number of probes of the adaptive limit: moments the limit in force was lowered "
+               "to see the backend's latency below the concurrency that ran", "scrape",
+               origin="apf_limiter"),
+    MetricSpec("adaptive_probing", "gauge", (),
+               "1 while a probe holds the limit in force low (the learned limit is kept), "
+               "else 0", "scrape", origin="apf_limiter"),
 )  # fmt: skip
 
 _BY_NAME = {spec.name: spec for spec in METRICS}

@@ -50,8 +50,8 @@ def dashboard_feed(
     ``None`` unless ``adaptiveConcurrency`` is on; then it carries
     :attr:`~apf_limiter.Limiter.adaptive_concurrency`: ``algorithm``, the learned ``limit``
     (unrounded), the ``applied_limit`` in force as ServerCL, ``min_limit`` and ``max_limit``,
-    ``baselines`` per level (seconds), ``last_ratio``, ``last_latency`` (seconds) and
-    ``updates``.
+    ``baselines`` per level (seconds), ``last_ratio``, ``last_latency`` (seconds),
+    ``updates``, ``probes`` (run so far) and ``probing`` (whether one holds the limit low now).
 
     Args:
         limiter: The limiter to show.
@@ -131,6 +131,8 @@ def _adaptive(adaptive: AdaptiveStatistics | None) -> dict[str, Any] | None:
         "last_ratio": adaptive.last_ratio,
         "last_latency": adaptive.last_latency,
         "updates": adaptive.updates,
+        "probes": adaptive.probes,
+        "probing": adaptive.probing,
     }
 
 

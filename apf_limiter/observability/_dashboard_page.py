@@ -120,6 +120,7 @@ function adaptivePanel(feed) {
   text("adaptive_bounds", adaptive.min_limit + "\u2013" + adaptive.max_limit);
   text("adaptive_ratio", adaptive.updates ? adaptive.last_ratio.toFixed(2) : "\u2013");
   text("adaptive_updates", adaptive.updates);
+  text("adaptive_probes", adaptive.probes + (adaptive.probing ? " (probing now)" : ""));
   text("adaptive_baselines", Object.entries(adaptive.baselines)
     .map(([level, seconds]) => level + " " + (1000 * seconds).toFixed(1) + " ms")
     .join(", ") || "none yet");
@@ -310,7 +311,8 @@ would do: requests that would wait, would be rejected.</div>
 <div id="adaptive" hidden><span><b>Adaptive server limit</b>
 (<span id="adaptive_algorithm"></span>): learned <b id="adaptive_limit">–</b> ·
 applied <b id="adaptive_applied">–</b> seats (bounds <span id="adaptive_bounds"></span>) ·
-latency ratio <b id="adaptive_ratio">–</b> · updates <b id="adaptive_updates">–</b><br>
+latency ratio <b id="adaptive_ratio">–</b> · updates <b id="adaptive_updates">–</b> ·
+probes <b id="adaptive_probes">–</b><br>
 baselines: <span id="adaptive_baselines"></span></span>
 <svg id="adaptive_spark" viewBox="0 0 240 48" width="240" height="48" role="img"
 aria-label="applied (solid) and learned (dashed) server limit over the last polls">

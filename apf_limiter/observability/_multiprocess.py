@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from apf_limiter.engine._seat_seconds import seat_seconds_float
 from apf_limiter.observability._adaptive_metrics import adaptive_samples
 from apf_limiter.observability._buckets import BucketCounts
-from apf_limiter.observability._catalog import METRICS, MetricSpec
+from apf_limiter.observability._catalog import METRICS, MetricSpec, metric
 from apf_limiter.observability._event_series import EventSeries, Pair, ShadowSeries
 from apf_limiter.observability._sampling import RatioSampler, count_flows, s_bounds
 
@@ -77,6 +77,7 @@ GAUGE_MODES: dict[str, GaugeMode] = {
     "adaptive_baseline_seconds": "liveall",
     "adaptive_latency_ratio": "liveall",
     "adaptive_last_latency_seconds": "liveall",
+    "adaptive_probing": "liveall",
     # Not written in this mode: a series once written stays, so the top N of each moment would
     # pile up; each worker's top flows are in its dump_top_flows and dashboard.
     "top_flow_seats_in_use": "liveall",
@@ -292,7 +293,7 @@ class NativeMetrics:
             self._create_adaptive()
             for name, values in adaptive_samples(adaptive).items():
                 for labels, value in values.items():
-                    if name == "adaptive_updates_total":
+                    if metric(name).kind == "counter":
                         self._count(name, labels, value)
                     else:
                         self._set(name, labels, value)

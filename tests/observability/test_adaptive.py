@@ -24,6 +24,8 @@ ADAPTIVE_METRICS = {
     "adaptive_latency_ratio",
     "adaptive_last_latency_seconds",
     "adaptive_updates_total",
+    "adaptive_probes_total",
+    "adaptive_probing",
 }
 
 
@@ -44,6 +46,7 @@ def test_the_adaptive_metrics_are_catalogued_as_additions_read_at_scrape_time() 
     assert {spec.source for spec in specs.values()} == {"scrape"}
     assert specs["adaptive_baseline_seconds"].labels == ("priority_level",)
     assert specs["adaptive_updates_total"].kind == "counter"
+    assert specs["adaptive_probes_total"].kind == "counter"
 
 
 async def test_the_metrics_follow_the_learned_limit_at_each_scrape() -> None:
@@ -61,6 +64,8 @@ async def test_the_metrics_follow_the_learned_limit_at_each_scrape() -> None:
         "adaptive_latency_ratio": 0.0,
         "adaptive_last_latency_seconds": 0.0,
         "adaptive_updates_total": 0.0,
+        "adaptive_probes_total": 0.0,
+        "adaptive_probing": 0.0,
         "baseline": None,
     }
     # Requests wait at their baseline latency: the first update (at 1 s) grows the limit.
@@ -88,11 +93,36 @@ async def test_the_metrics_follow_the_learned_limit_at_each_scrape() -> None:
         "adaptive_latency_ratio": adaptive.last_ratio,
         "adaptive_last_latency_seconds": pytest.approx(0.4),
         "adaptive_updates_total": adaptive.updates,
+        "adaptive_probes_total": 0.0,
+        "adaptive_probing": 0.0,
         "baseline": pytest.approx(0.1),
     }
     # ServerCL, as the levels see it, is the applied limit.
     stats = limiter.statistics()
     assert stats.server_concurrency_limit == adaptive.applied_limit
+
+
+async def test_a_probe_shows_in_the_scrape_and_the_dashboard_feed() -> None:
+    # Learned at the top from the start (initialLimit = maxLimit) with a flat latency: nothing
+    # lowers the limit and no baseline was seen below it, so the 10th update probes.
+    config = adaptive_config()
+    config["adaptiveConcurrency"]["initialLimit"] = 40
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    limiter = Limiter(config, clock=clock, observer=metrics)
+    metrics.bind(limiter)
+    adaptive = limiter.adaptive_concurrency
+    while adaptive is not None and not adaptive.probing and clock.now() < 20:
+        assert scrape(registry)["adaptive_probing"] == 0.0
+        await wave(limiter, clock, 60, 0.1)
+        adaptive = limiter.adaptive_concurrency
+    assert adaptive is not None and adaptive.probing and adaptive.probes == 1
+    values = scrape(registry)
+    assert (values["adaptive_probes_total"], values["adaptive_probing"]) == (1.0, 1.0)
+    assert values["adaptive_applied_limit_seats"] < values["adaptive_limit_seats"] == 40.0
+    feed = dashboard_feed(limiter)["adaptive"]
+    assert (feed["probes"], feed["probing"]) == (1, True)
 
 
 def test_without_adaptive_concurrency_no_adaptive_metric_is_exported() -> None:
@@ -126,6 +156,8 @@ async def test_the_dashboard_feed_carries_the_adaptive_limit_only_when_on() -> N
         "last_ratio": adaptive.last_ratio,
         "last_latency": pytest.approx(0.1),
         "updates": 1,
+        "probes": 0,
+        "probing": False,
     }
     assert feed["server_concurrency_limit"] == 12
 

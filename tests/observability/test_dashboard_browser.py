@@ -366,7 +366,16 @@ def test_the_adaptive_limit_has_a_panel_and_a_sparkline(chromium: str, tmp_path:
     assert "hidden" not in dom.attributes["adaptive"]
     assert {
         name: dom.ids[f"adaptive_{name}"]
-        for name in ("algorithm", "limit", "applied", "bounds", "ratio", "updates", "baselines")
+        for name in (
+            "algorithm",
+            "limit",
+            "applied",
+            "bounds",
+            "ratio",
+            "updates",
+            "probes",
+            "baselines",
+        )
     } == {
         "algorithm": "Gradient",
         "limit": f"{adaptive.limit:.1f}",
@@ -374,6 +383,7 @@ def test_the_adaptive_limit_has_a_panel_and_a_sparkline(chromium: str, tmp_path:
         "bounds": "2\u201340",
         "ratio": f"{adaptive.last_ratio:.2f}",
         "updates": "1",
+        "probes": "0",
         "baselines": "test 100.0 ms",
     }
     assert dom.ids["server_limit"] == "12"

@@ -36,7 +36,8 @@ APF_LIMITER_METRICS = {
     "top_flow_waiting_requests", "top_flow_rejections",
     "adaptive_limit_seats", "adaptive_applied_limit_seats", "adaptive_min_limit_seats",
     "adaptive_max_limit_seats", "adaptive_baseline_seconds", "adaptive_latency_ratio",
-    "adaptive_last_latency_seconds", "adaptive_updates_total",
+    "adaptive_last_latency_seconds", "adaptive_updates_total", "adaptive_probes_total",
+    "adaptive_probing",
 }  # fmt: skip
 
 

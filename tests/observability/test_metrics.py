@@ -227,7 +227,7 @@ def test_every_kubernetes_metric_is_exported_under_the_namespace() -> None:
         if spec.name.startswith("adaptive_"):
             continue  # only with adaptiveConcurrency on (test_adaptive.py)
         assert f"# TYPE apiserver_flowcontrol_{spec.name} {spec.kind}\n" in text, spec.name
-    assert len(METRICS) == 32 + 4 + 3 + 8  # Kubernetes', shadow's, top flows', adaptive's
+    assert len(METRICS) == 32 + 4 + 3 + 10  # Kubernetes', shadow's, top flows', adaptive's
     assert "apf_flowcontrol" not in text
 
 
