@@ -17,6 +17,7 @@ from apf_limiter._clock import Clock
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected
 from apf_limiter.jobs._job import Job
+from apf_limiter.jobs._loops import claim_loop
 from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
 #: The longest pause between two tries by default: Kubernetes' largest ``Retry-After``.
@@ -82,6 +83,7 @@ async def admit_with_retry(
     if wait_limit is not None:
         check_wait_limit(wait_limit)
     digest = job.digest if isinstance(job, Job) else job
+    claim_loop(limiter)
     longest = limiter.config.request_wait_limit if wait_limit is None else wait_limit
     pick = _random.random if random is None else random
     clock = limiter.clock
