@@ -134,6 +134,13 @@ def guarded(
     tenant_of = None if isinstance(tenant, str) else tenant
 
     def decorate(function: Callable[_P, Awaitable[_T]]) -> Callable[_P, Coroutine[Any, Any, _T]]:
+        if inspect.isasyncgenfunction(function):
+            # Its body runs as it is iterated, after the call returned: no guard could hold
+            # seats for that. Guard each step inside it with ``async with guard(...)``.
+            raise TypeError(
+                f"guarded() decorates coroutine functions, not the async generator function "
+                f"{function!r}: use `async with guard(...)` inside it"
+            )
         if not inspect.iscoroutinefunction(function):
             raise TypeError(f"guarded() decorates async def functions, not {function!r}")
 
