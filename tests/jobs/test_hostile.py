@@ -345,3 +345,55 @@ async def test_real_time_stress_of_short_jobs_with_random_cancels() -> None:
     # The limiter still serves: a job runs at once.
     async with guard(limiter, Job("report")) as admission:
         assert admission.queue_wait == 0.0
+
+
+async def test_wrong_arguments_are_refused_clearly_when_the_guard_is_made() -> None:
+    # Before: a kind given as the job raised AttributeError from classification, and guarded()
+    # took a bad wait limit or tenant silently, to fail on every call.
+    limiter = Limiter(jobs_config(), clock=FakeClock())
+    not_a_job: Any = "report"
+    with pytest.raises(TypeError, match="job must be a Job or a RequestDigest, got 'report'"):
+        guard(limiter, not_a_job)
+    with pytest.raises(TypeError, match="job must be a Job or a RequestDigest"):
+        await admit_with_retry(limiter, not_a_job, retry_for=1)
+    with pytest.raises(TypeError, match="limiter must be a Limiter, got None"):
+        guard(None, Job("report"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="wait_limit must be between 0 and 60"):
+        guard(limiter, Job("report"), wait_limit=-1)
+    with pytest.raises(ValueError, match="wait_limit must be between 0 and 60"):
+        guarded(limiter, "report", wait_limit=float("nan"))
+    with pytest.raises(TypeError, match="tenant must be a string or a function"):
+        guarded(limiter, "report", tenant=5)  # type: ignore[arg-type]
+    level = limiter.statistics().priority_levels["jobs"]
+    assert (level.executing_requests, level.waiting_requests, level.dispatched) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit, GeneratorExit])
+async def test_a_job_raising_a_base_exception_gives_its_seat_back(
+    error: type[BaseException],
+) -> None:
+    clock = FakeClock()
+    limiter = Limiter(jobs_config(limit=1), clock=clock)
+
+    queued: list[asyncio.Task[str]] = []
+
+    @guarded(limiter, "report")
+    async def fails() -> None:
+        queued.append(asyncio.create_task(_one_job(limiter, clock)))
+        await clock.advance(0)  # the other job queues behind this one
+        assert limiter.statistics().priority_levels["jobs"].waiting_requests == 1
+        raise error
+
+    # Raised in this task, not in one of its own (asyncio re-raises those out of the loop).
+    with pytest.raises(error):
+        await fails()
+    await clock.run_until_idle()
+    assert queued[0].result() == "ran"  # the queued job got the seat
+    level = limiter.statistics().priority_levels["jobs"]
+    assert (level.executing_requests, level.waiting_requests) == (0, 0)
+
+
+async def _one_job(limiter: Limiter, clock: FakeClock) -> str:
+    async with guard(limiter, Job("report", tenant="b")):
+        await clock.sleep(1)
+    return "ran"
