@@ -31,6 +31,7 @@ import heapq
 import logging
 import math
 import time
+from asyncio import AbstractEventLoop
 from collections import deque
 from collections.abc import Mapping
 from typing import Final
@@ -138,7 +139,19 @@ class Deadlines:
         self._timer = self._clock.call_later(max(0.0, when - now), self._fire)
 
     def _reset(self, loop: object) -> None:
-        """A new event loop (tests, Starlette's TestClient): the old one's timer and records go."""
+        """A new event loop (tests, Starlette's TestClient): the old one's timer and records go.
+
+        Raises:
+            RuntimeError: If the old loop still runs (in another thread: a thread runs one
+                loop at a time). Its requests' deadlines would be dropped unenforced.
+        """
+        old = self._loop
+        if isinstance(old, AbstractEventLoop) and old.is_running() and not old.is_closed():
+            raise RuntimeError(
+                "this gate is in use by an event loop running in another thread: a gate (and "
+                "its Limiter) serves one event loop at a time. Start the request in that loop "
+                "(asyncio.run_coroutine_threadsafe) or give each thread its own Gate and Limiter"
+            )
         if self._timer is not None:
             with contextlib.suppress(RuntimeError):  # its loop is closed: the timer is dead
                 self._timer.cancel()

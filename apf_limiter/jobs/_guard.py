@@ -10,9 +10,10 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from apf_limiter._digest import RequestDigest
-from apf_limiter.jobs._job import Job
+from apf_limiter.jobs._job import Job, digest_of
+from apf_limiter.jobs._loops import claim_loop
 from apf_limiter.jobs._retry import admit_with_retry, check_retry_for
-from apf_limiter.limiter import Admission, Limiter
+from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -40,6 +41,7 @@ class _Guard(AbstractAsyncContextManager[Admission]):
         if self._admission is not None:
             raise RuntimeError("a guard is entered once; call guard() again for another job")
         if self._retry_for is None:
+            claim_loop(self._limiter)
             admission = self._limiter.admit(self._digest, wait_limit=self._wait_limit)
             self._admission = admission
             return await admission.__aenter__()
@@ -85,12 +87,22 @@ def guard(
     Raises:
         Rejected: On entering, when the job may not run (with ``retry_for``: the last
             rejection, once the deadline came).
+        TypeError: If ``limiter`` is not a :class:`~apf_limiter.Limiter`, or ``job`` neither
+            a :class:`Job` nor a request digest.
         TypeError, ValueError: If ``retry_for`` or ``wait_limit`` is out of range.
     """
+    _check_options(limiter, retry_for, wait_limit)
+    return _Guard(limiter, digest_of(job), retry_for, wait_limit)
+
+
+def _check_options(limiter: Limiter, retry_for: float | None, wait_limit: float | None) -> None:
+    """Refuse a wrong limiter, retry budget or wait limit when the guard is made, not used."""
+    if not isinstance(limiter, Limiter):
+        raise TypeError(f"limiter must be a Limiter, got {limiter!r}")
     if retry_for is not None:
         check_retry_for(retry_for)
-    digest = job.digest if isinstance(job, Job) else job
-    return _Guard(limiter, digest, retry_for, wait_limit)
+    if wait_limit is not None:
+        check_wait_limit(wait_limit)
 
 
 def guarded(
@@ -123,15 +135,25 @@ def guarded(
         :class:`~apf_limiter.Rejected` when a call is not admitted.
 
     Raises:
-        TypeError: If what is decorated is not an ``async def`` function.
-        ValueError: If ``kind`` or ``seats`` is invalid (checked when decorating).
+        TypeError: If what is decorated is not an ``async def`` function (an async
+            generator function neither), or ``tenant`` neither a string nor callable.
+        TypeError, ValueError: If ``kind``, ``seats``, ``retry_for`` or ``wait_limit`` is
+            invalid (all checked when decorating).
     """
+    if not isinstance(tenant, str) and not callable(tenant):
+        raise TypeError(f"tenant must be a string or a function returning one, got {tenant!r}")
     fixed = Job(kind, tenant if isinstance(tenant, str) else "", seats=seats)
-    if retry_for is not None:
-        check_retry_for(retry_for)
+    _check_options(limiter, retry_for, wait_limit)
     tenant_of = None if isinstance(tenant, str) else tenant
 
     def decorate(function: Callable[_P, Awaitable[_T]]) -> Callable[_P, Coroutine[Any, Any, _T]]:
+        if inspect.isasyncgenfunction(function):
+            # Its body runs as it is iterated, after the call returned: no guard could hold
+            # seats for that. Guard each step inside it with ``async with guard(...)``.
+            raise TypeError(
+                f"guarded() decorates coroutine functions, not the async generator function "
+                f"{function!r}: use `async with guard(...)` inside it"
+            )
         if not inspect.iscoroutinefunction(function):
             raise TypeError(f"guarded() decorates async def functions, not {function!r}")
 

@@ -62,3 +62,17 @@ class Job:
             additional_latency=self.additional_latency,
         )
         object.__setattr__(self, "digest", digest)
+
+
+def digest_of(job: Job | RequestDigest) -> RequestDigest:
+    """The request digest of ``job`` (a :class:`Job`, or any request digest).
+
+    Raises:
+        TypeError: If ``job`` is neither (a kind given as a string, say), at once rather than
+            as an ``AttributeError`` from classification.
+    """
+    if isinstance(job, Job):
+        return job.digest
+    if isinstance(job, RequestDigest):
+        return job
+    raise TypeError(f"job must be a Job or a RequestDigest, got {job!r}")

@@ -16,7 +16,8 @@ import anyio
 from apf_limiter._clock import Clock
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected
-from apf_limiter.jobs._job import Job
+from apf_limiter.jobs._job import Job, digest_of
+from apf_limiter.jobs._loops import claim_loop
 from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
 #: The longest pause between two tries by default: Kubernetes' largest ``Retry-After``.
@@ -74,14 +75,16 @@ async def admit_with_retry(
 
     Raises:
         Rejected: The last rejection, when the deadline came first.
-        TypeError, ValueError: If an argument is out of range.
+        TypeError, ValueError: If an argument is out of range (``job`` neither a
+            :class:`Job` nor a request digest: ``TypeError``).
     """
     check_retry_for(retry_for)
     _check_delay("max_delay", max_delay, positive=True)
     _check_delay("jitter", jitter, positive=False)
     if wait_limit is not None:
         check_wait_limit(wait_limit)
-    digest = job.digest if isinstance(job, Job) else job
+    digest = digest_of(job)
+    claim_loop(limiter)
     longest = limiter.config.request_wait_limit if wait_limit is None else wait_limit
     pick = _random.random if random is None else random
     clock = limiter.clock
