@@ -54,6 +54,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _INF: Final = float("inf")
 # The request's ticket, for the on_response_prepare hook; then the response it saw start.
 _KEY: Final = web.RequestKey("apf_limiter.ticket", object)
+# Set when the request is long-running only as a WebSocket handshake (no hook or route said).
+_PRESUMED: Final = web.RequestKey("apf_limiter.presumed_websocket", bool)
 
 
 class AiohttpMiddleware:
@@ -152,9 +154,11 @@ class AiohttpMiddleware:
             options = endpoint_options(request.match_info.handler)
         digest = _digest(request, identity, options)
         long_running = self._long_running(request) if self._long_running is not None else None
+        presumed = False  # long-running only as a WebSocket handshake, not accepted yet
         if long_running is None:
             long_running = options.long_running if options is not None else False
-            long_running = long_running or "Upgrade" in request.headers  # a WebSocket
+            if not long_running and _websocket_handshake(request):
+                long_running = presumed = True
         timeout = options.request_timeout if options is not None else None
         deadlines = self._client_deadlines
         client: float | None = None
@@ -175,6 +179,8 @@ class AiohttpMiddleware:
                 response = await self._wait(request, ticket)
             if response is None:
                 request[_KEY] = ticket
+                if presumed:
+                    request[_PRESUMED] = True
                 response = await handler(request)
         except BaseException as exc:
             error = exc
@@ -223,8 +229,14 @@ class AiohttpMiddleware:
             return  # prepared before: a handler may prepare more than one response
         request[_KEY] = response  # kept for the middleware, should the deadline abort it
         self._headers.admitted(response, ticket)
+        websocket = isinstance(response, web.WebSocketResponse)
+        if not websocket and request.get(_PRESUMED, False):
+            # The client's handshake headers alone made it long-running, and the handler
+            # answered with an ordinary response: that keeps its seats and its deadline, or
+            # any client could free a stream of both by sending ``Upgrade: websocket``.
+            ticket.long_running = False
         # A WebSocket's stream never ends by itself: its deadline ends as it is accepted.
-        ticket.response_started(stream=isinstance(response, web.WebSocketResponse))
+        ticket.response_started(stream=websocket)
 
     async def close(self, app: web.Application) -> None:
         """The ``on_cleanup`` hook: close a limiter the middleware created."""
@@ -258,6 +270,18 @@ def setup(app: web.Application, **options: Any) -> AiohttpMiddleware:
     app.on_response_prepare.append(middleware.response_prepare)
     app.on_cleanup.append(middleware.close)
     return middleware
+
+
+def _websocket_handshake(request: web.Request) -> bool:
+    """Whether ``request`` opens a WebSocket, as ``web.WebSocketResponse`` checks it.
+
+    Only ``Upgrade: websocket`` on a GET: another upgrade (``h2c``, which ``curl --http2``
+    asks for) gets an ordinary response from aiohttp, and must not count as long-running.
+    """
+    upgrade = request.headers.get("Upgrade")
+    return (
+        upgrade is not None and request.method == "GET" and upgrade.strip().lower() == "websocket"
+    )
 
 
 def _digest(

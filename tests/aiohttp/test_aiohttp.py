@@ -226,3 +226,37 @@ def test_contradicting_arguments_are_refused() -> None:
         AiohttpMiddleware(disconnect_poll=0)
     with pytest.raises(ValueError, match="invalid header name"):
         AiohttpMiddleware(headers=ResponseHeaders(flow_schema="bad name"))
+
+
+@pytest.mark.parametrize(
+    "upgrade",
+    [
+        {"Upgrade": "websocket", "Connection": "Upgrade"},  # a hostile client's guess
+        {"Upgrade": "h2c", "Connection": "Upgrade, HTTP2-Settings"},  # curl --http2
+    ],
+    ids=["websocket", "h2c"],
+)
+async def test_an_upgrade_header_alone_does_not_make_a_stream_long_running(
+    upgrade: dict[str, str],
+) -> None:
+    # Only a WebSocket accepted is long-running by default: a client's Upgrade header on an
+    # ordinary streamed response must not take its seat back, nor end its deadline, early.
+    limiter = Limiter(level_config(limit=1))
+    app, middleware = make_app(
+        Probe(),
+        limiter=limiter,
+        slow_clients=SlowClients(request_timeout=0.3),
+        max_long_running={"*": 5},
+    )
+    async with (
+        serve(app) as url,
+        aiohttp.ClientSession(url) as client,
+        client.get("/stream", headers=upgrade) as response,
+    ):
+        assert response.status == 200
+        assert await response.content.readline() == b"part\n"
+        assert limiter.statistics().executing_requests == 1  # it holds its seat while streaming
+        with pytest.raises(aiohttp.ClientPayloadError):  # its deadline aborts it
+            await asyncio.wait_for(response.read(), 5)
+    await wait_until(lambda: limiter.statistics().executing_requests == 0)
+    assert middleware.gate.open_long_running("everyone") == 0
