@@ -194,9 +194,12 @@ class AiohttpMiddleware:
                 transport = request.transport
                 if transport is not None:
                     transport.close()
-                started = request[_KEY]  # the response the response_prepare hook saw start
-                assert isinstance(started, web.StreamResponse)
-                return started  # aiohttp finds its connection closed: no more is written
+                started = request.pop(_KEY, None)  # the response the hook saw start
+                if isinstance(started, web.StreamResponse):
+                    return started  # aiohttp finds its connection closed: no more is written
+                # Prepared on a clone of the request (``request.clone()``), whose state the
+                # hook updated, not this one's: a stand-in, which the closed connection drops.
+                return expired(ticket, self._headers)
             request.pop(_KEY, None)  # our own answer: its headers are set here
             return expired(ticket, self._headers)
         if error is not None:

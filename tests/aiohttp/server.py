@@ -55,6 +55,15 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
         await asyncio.sleep(10)  # the deadline aborts it
         return response
 
+    async def cloned(request: web.Request) -> web.StreamResponse:
+        # Streams on a clone of the request, as a handler that rewrites its URL may.
+        probe.entered.append(request.path)
+        response = web.StreamResponse()
+        await response.prepare(request.clone(rel_url="/cloned?rewritten=1"))
+        await response.write(b"part\n")
+        await asyncio.sleep(10)  # the deadline aborts it
+        return response
+
     async def socket(request: web.Request) -> web.WebSocketResponse:
         probe.entered.append(request.path)
         ws = web.WebSocketResponse()
@@ -72,6 +81,7 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
     app.router.add_get("/events", events)
     app.router.add_get("/stream", stream)
     app.router.add_get("/ws", socket)
+    app.router.add_get("/cloned", cloned)
     return app, middleware
 
 

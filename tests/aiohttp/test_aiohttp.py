@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
 import pytest
@@ -102,6 +103,25 @@ async def test_the_deadline_aborts_a_response_that_started() -> None:
             with pytest.raises(aiohttp.ClientPayloadError):
                 await asyncio.wait_for(response.read(), 5)
         await wait_until(lambda: limiter.statistics().executing_requests == 0)
+
+
+async def test_the_deadline_aborts_a_response_started_on_a_clone_of_the_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The on_response_prepare hook sees the clone, not the request the middleware holds.
+    limiter = Limiter(level_config(limit=1))
+    app, _ = make_app(Probe(), limiter=limiter, slow_clients=SlowClients(request_timeout=0.3))
+    async with serve(app) as url, aiohttp.ClientSession(url) as client:
+        async with client.get("/cloned") as response:
+            assert response.status == 200
+            assert response.headers["X-APF-Priority-Level"] == "test"
+            with pytest.raises(aiohttp.ClientPayloadError):  # ends unfinished, quietly
+                await asyncio.wait_for(response.read(), 5)
+        await wait_until(lambda: limiter.statistics().executing_requests == 0)
+        async with client.get("/fast") as response:
+            assert response.status == 200
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert errors == []  # no "Error handling request" from aiohttp
 
 
 @pytest.mark.parametrize("handler_cancellation", [False, True], ids=["polled", "cancelled"])
