@@ -13,6 +13,7 @@ a WebSocket) gives its seats back there, and its deadline ends.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
@@ -23,7 +24,7 @@ from aiohttp import web
 from apf_limiter._digest import RequestDigest, fill_digest
 from apf_limiter._errors import Rejected
 from apf_limiter.aiohttp._responses import Headers, client_gone, expired, rejection
-from apf_limiter.aiohttp._waiting import DISCONNECT_POLL, wait_watching_disconnect
+from apf_limiter.aiohttp._waiting import DISCONNECT_POLL, Watch, wait_watching_disconnect
 from apf_limiter.gate import (
     MARKED_ENDPOINTS,
     ClientDeadlines,
@@ -174,6 +175,7 @@ class AiohttpMiddleware:
             return self._reject(request, rejected)
         error: BaseException | None = None
         response: web.StreamResponse | None = None
+        watch: Watch | None = None
         try:
             if not ticket.admitted:
                 response = await self._wait(request, ticket)
@@ -181,12 +183,25 @@ class AiohttpMiddleware:
                 request[_KEY] = ticket
                 if presumed:
                     request[_PRESUMED] = True
+                if ticket.long_running:  # once it started, nothing else ends it (_waiting)
+                    task = asyncio.current_task()
+                    assert task is not None  # aiohttp runs each request in a task of its own
+                    watch = Watch(request, task, self._poll, ticket)
                 response = await handler(request)
         except BaseException as exc:
             error = exc
         finally:
+            if watch is not None:
+                watch.stop()
             # Every way the request ends (errors, disconnects, cancellation) ends the ticket.
             done = ticket.end(error)
+        if watch is not None and watch.fired:  # its client left: our cancellation ends here
+            remaining = watch.task.uncancel()
+            if isinstance(error, asyncio.CancelledError) and remaining == 0:  # ours alone
+                started = request.pop(_KEY, None)
+                if isinstance(started, web.StreamResponse):
+                    return started  # aiohttp finds its connection closed: no more is written
+                return client_gone(ticket, self._headers)
         if done:  # expired; the cancellation it caused ends here (the seats went back)
             if ticket.started:
                 # Expired after the response started: it ends unfinished, as aiohttp ends a

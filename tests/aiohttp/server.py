@@ -43,7 +43,11 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
         response = web.StreamResponse()
         await response.prepare(request)
         await response.write(b"data: 1\n\n")
-        await asyncio.wait_for(probe.gate("events").wait(), 10)
+        try:
+            await asyncio.wait_for(probe.gate("events").wait(), 10)
+        except asyncio.CancelledError:
+            probe.entered.append("cancelled")
+            raise
         await response.write(b"data: 2\n\n")
         return response
 

@@ -188,6 +188,32 @@ async def test_a_long_running_stream_gives_its_seat_back_as_it_starts() -> None:
         await wait_until(lambda: middleware.gate.open_long_running("everyone") == 0)
 
 
+@pytest.mark.parametrize("handler_cancellation", [False, True], ids=["polled", "cancelled"])
+async def test_a_long_running_stream_whose_client_left_gives_its_cap_place_back(
+    handler_cancellation: bool,
+) -> None:
+    # An idle event stream has neither seats nor a deadline: with handler_cancellation off,
+    # only the middleware's look at the connection ends it once its client is gone.
+    limiter = Limiter(level_config(limit=1))
+    probe = Probe()
+    app, middleware = make_app(probe, limiter=limiter, max_long_running={"*": 1})
+    async with serve(app, handler_cancellation=handler_cancellation) as url:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /events HTTP/1.1\r\nhost: test\r\n\r\n")
+        await asyncio.wait_for(reader.readuntil(b"data: 1\n\n"), 5)
+        assert middleware.gate.open_long_running("everyone") == 1
+        writer.transport.abort()  # the client goes away while the stream idles
+        await wait_until(lambda: middleware.gate.open_long_running("everyone") == 0, 3)
+        assert probe.entered == ["/events", "cancelled"]  # the handler was stopped
+        async with aiohttp.ClientSession(url) as client, client.get("/events") as stream:
+            assert stream.status == 200  # the cap has its place back
+            assert await stream.content.readline() == b"data: 1\n"
+            probe.open("events")
+            assert (await stream.read()).endswith(b"data: 2\n\n")
+    assert limiter.statistics().executing_requests == 0
+
+
 async def test_a_websocket_is_long_running() -> None:
     limiter = Limiter(level_config(limit=1))
     app, _ = make_app(Probe(), limiter=limiter, slow_clients=SlowClients(request_timeout=0.2))
