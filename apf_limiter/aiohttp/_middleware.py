@@ -84,8 +84,9 @@ class AiohttpMiddleware:
             aiohttp gives a middleware no sight of body reads (the deadline bounds them).
         max_long_running: Caps on open long-running requests by flow-schema name (``"*"``:
             each schema not named); one more is answered 429 (``long-running-limit``).
-        disconnect_poll: Seconds between two looks at a queued request's connection, when
-            the server's ``handler_cancellation`` is off.
+        disconnect_poll: Seconds between two looks at the connection of a queued request,
+            or of a long-running response once it started (its handler is cancelled when the
+            client left), which tell when the server's ``handler_cancellation`` is off.
         client_deadlines: Queues that respect client deadlines (``None``: off, Kubernetes'
             behaviour): a request waits in its queue no longer than its client's timeout
             header, or its route's request timeout, says.

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from apf_limiter.gate import Ticket
 
-#: Seconds between two looks at a queued request's connection (``handler_cancellation`` off).
+#: Seconds between two looks at a watched connection (``handler_cancellation`` off).
 DISCONNECT_POLL: Final = 0.1
 
 
