@@ -33,6 +33,10 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
         await asyncio.wait_for(probe.gate(request.query.get("gate", "hold")).wait(), 10)
         return web.Response(text="held")
 
+    async def sleep(request: web.Request) -> web.Response:
+        await asyncio.sleep(float(request.query.get("s", "0.02")))
+        return web.Response(text="slept")
+
     async def fail(request: web.Request) -> web.Response:
         probe.entered.append(request.path)
         raise RuntimeError("the handler failed")
@@ -81,6 +85,7 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
     middleware = setup(app, **options)
     app.router.add_get("/fast", fast)
     app.router.add_get("/hold", hold)
+    app.router.add_get("/sleep", sleep)
     app.router.add_get("/fail", fail)
     app.router.add_get("/events", events)
     app.router.add_get("/stream", stream)
