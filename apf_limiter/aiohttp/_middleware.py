@@ -13,6 +13,7 @@ a WebSocket) gives its seats back there, and its deadline ends.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
@@ -23,7 +24,7 @@ from aiohttp import web
 from apf_limiter._digest import RequestDigest, fill_digest
 from apf_limiter._errors import Rejected
 from apf_limiter.aiohttp._responses import Headers, client_gone, expired, rejection
-from apf_limiter.aiohttp._waiting import DISCONNECT_POLL, wait_watching_disconnect
+from apf_limiter.aiohttp._waiting import DISCONNECT_POLL, Watch, wait_watching_disconnect
 from apf_limiter.gate import (
     MARKED_ENDPOINTS,
     ClientDeadlines,
@@ -54,6 +55,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _INF: Final = float("inf")
 # The request's ticket, for the on_response_prepare hook; then the response it saw start.
 _KEY: Final = web.RequestKey("apf_limiter.ticket", object)
+# Set when the request is long-running only as a WebSocket handshake (no hook or route said).
+_PRESUMED: Final = web.RequestKey("apf_limiter.presumed_websocket", bool)
 
 
 class AiohttpMiddleware:
@@ -81,8 +84,9 @@ class AiohttpMiddleware:
             aiohttp gives a middleware no sight of body reads (the deadline bounds them).
         max_long_running: Caps on open long-running requests by flow-schema name (``"*"``:
             each schema not named); one more is answered 429 (``long-running-limit``).
-        disconnect_poll: Seconds between two looks at a queued request's connection, when
-            the server's ``handler_cancellation`` is off.
+        disconnect_poll: Seconds between two looks at the connection of a queued request,
+            or of a long-running response once it started (its handler is cancelled when the
+            client left), which tell when the server's ``handler_cancellation`` is off.
         client_deadlines: Queues that respect client deadlines (``None``: off, Kubernetes'
             behaviour): a request waits in its queue no longer than its client's timeout
             header, or its route's request timeout, says.
@@ -152,9 +156,11 @@ class AiohttpMiddleware:
             options = endpoint_options(request.match_info.handler)
         digest = _digest(request, identity, options)
         long_running = self._long_running(request) if self._long_running is not None else None
+        presumed = False  # long-running only as a WebSocket handshake, not accepted yet
         if long_running is None:
             long_running = options.long_running if options is not None else False
-            long_running = long_running or "Upgrade" in request.headers  # a WebSocket
+            if not long_running and _websocket_handshake(request):
+                long_running = presumed = True
         timeout = options.request_timeout if options is not None else None
         deadlines = self._client_deadlines
         client: float | None = None
@@ -170,17 +176,33 @@ class AiohttpMiddleware:
             return self._reject(request, rejected)
         error: BaseException | None = None
         response: web.StreamResponse | None = None
+        watch: Watch | None = None
         try:
             if not ticket.admitted:
                 response = await self._wait(request, ticket)
             if response is None:
                 request[_KEY] = ticket
+                if presumed:
+                    request[_PRESUMED] = True
+                if ticket.long_running:  # once it started, nothing else ends it (_waiting)
+                    task = asyncio.current_task()
+                    assert task is not None  # aiohttp runs each request in a task of its own
+                    watch = Watch(request, task, self._poll, ticket)
                 response = await handler(request)
         except BaseException as exc:
             error = exc
         finally:
+            if watch is not None:
+                watch.stop()
             # Every way the request ends (errors, disconnects, cancellation) ends the ticket.
             done = ticket.end(error)
+        if watch is not None and watch.fired:  # its client left: our cancellation ends here
+            remaining = watch.task.uncancel()
+            if isinstance(error, asyncio.CancelledError) and remaining == 0:  # ours alone
+                started = request.pop(_KEY, None)
+                if isinstance(started, web.StreamResponse):
+                    return started  # aiohttp finds its connection closed: no more is written
+                return client_gone(ticket, self._headers)
         if done:  # expired; the cancellation it caused ends here (the seats went back)
             if ticket.started:
                 # Expired after the response started: it ends unfinished, as aiohttp ends a
@@ -188,9 +210,12 @@ class AiohttpMiddleware:
                 transport = request.transport
                 if transport is not None:
                     transport.close()
-                started = request[_KEY]  # the response the response_prepare hook saw start
-                assert isinstance(started, web.StreamResponse)
-                return started  # aiohttp finds its connection closed: no more is written
+                started = request.pop(_KEY, None)  # the response the hook saw start
+                if isinstance(started, web.StreamResponse):
+                    return started  # aiohttp finds its connection closed: no more is written
+                # Prepared on a clone of the request (``request.clone()``), whose state the
+                # hook updated, not this one's: a stand-in, which the closed connection drops.
+                return expired(ticket, self._headers)
             request.pop(_KEY, None)  # our own answer: its headers are set here
             return expired(ticket, self._headers)
         if error is not None:
@@ -223,8 +248,14 @@ class AiohttpMiddleware:
             return  # prepared before: a handler may prepare more than one response
         request[_KEY] = response  # kept for the middleware, should the deadline abort it
         self._headers.admitted(response, ticket)
+        websocket = isinstance(response, web.WebSocketResponse)
+        if not websocket and request.get(_PRESUMED, False):
+            # The client's handshake headers alone made it long-running, and the handler
+            # answered with an ordinary response: that keeps its seats and its deadline, or
+            # any client could free a stream of both by sending ``Upgrade: websocket``.
+            ticket.long_running = False
         # A WebSocket's stream never ends by itself: its deadline ends as it is accepted.
-        ticket.response_started(stream=isinstance(response, web.WebSocketResponse))
+        ticket.response_started(stream=websocket)
 
     async def close(self, app: web.Application) -> None:
         """The ``on_cleanup`` hook: close a limiter the middleware created."""
@@ -258,6 +289,18 @@ def setup(app: web.Application, **options: Any) -> AiohttpMiddleware:
     app.on_response_prepare.append(middleware.response_prepare)
     app.on_cleanup.append(middleware.close)
     return middleware
+
+
+def _websocket_handshake(request: web.Request) -> bool:
+    """Whether ``request`` opens a WebSocket, as ``web.WebSocketResponse`` checks it.
+
+    Only ``Upgrade: websocket`` on a GET: another upgrade (``h2c``, which ``curl --http2``
+    asks for) gets an ordinary response from aiohttp, and must not count as long-running.
+    """
+    upgrade = request.headers.get("Upgrade")
+    return (
+        upgrade is not None and request.method == "GET" and upgrade.strip().lower() == "websocket"
+    )
 
 
 def _digest(

@@ -13,6 +13,13 @@ aiohttp tells a handler of a disconnect in one of two ways, by the server's
   queue, and the middleware answers 499 (which only the access log sees).
 
 Either way the request holds nothing once it has left: no place in a queue, no seats.
+
+A long-running response (an event stream, a WebSocket) has given its seats back and has no
+deadline, so with ``handler_cancellation`` off nothing would end one whose client left until
+its handler next writes, which an idle stream may never do, and it would keep its place under
+``max_long_running`` all that time. From its start until its handler returns, the same timer
+looks at its connection and, once it is gone, cancels the handler, as aiohttp does with
+``handler_cancellation`` on (and as Go's HTTP server cancels a Kubernetes watch's context).
 """
 
 from __future__ import annotations
@@ -24,25 +31,38 @@ from aiohttp import web
 
 from apf_limiter.gate import Ticket
 
-#: Seconds between two looks at a queued request's connection (``handler_cancellation`` off).
+#: Seconds between two looks at a watched connection (``handler_cancellation`` off).
 DISCONNECT_POLL: Final = 0.1
 
 
-class _Watch:
-    """A timer that cancels ``task`` once ``request``'s connection is gone."""
+class Watch:
+    """A timer that cancels ``task`` once ``request``'s connection is gone.
 
-    __slots__ = ("request", "task", "poll", "handle", "fired")
+    With ``ticket``: only once that long-running request's response started (its seats went
+    back, its deadline ended); before that its deadline bounds it.
+    """
 
-    def __init__(self, request: web.BaseRequest, task: asyncio.Task[object], poll: float) -> None:
+    __slots__ = ("request", "task", "poll", "handle", "fired", "ticket")
+
+    def __init__(
+        self,
+        request: web.BaseRequest,
+        task: asyncio.Task[object],
+        poll: float,
+        ticket: Ticket | None = None,
+    ) -> None:
         self.request = request
         self.task = task
         self.poll = poll
         self.fired = False
+        self.ticket = ticket
         self.handle = asyncio.get_running_loop().call_later(poll, self.look)
 
     def look(self) -> None:
         transport = self.request.transport
-        if transport is None or transport.is_closing():
+        if (transport is None or transport.is_closing()) and (
+            self.ticket is None or self.ticket.released
+        ):
             self.fired = True
             self.task.cancel()
         else:
@@ -69,7 +89,7 @@ async def wait_watching_disconnect(request: web.BaseRequest, ticket: Ticket, pol
     """
     task = asyncio.current_task()
     assert task is not None  # aiohttp runs each request in a task of its own
-    watch = _Watch(request, task, poll)
+    watch = Watch(request, task, poll)
     try:
         await ticket.wait()
     except asyncio.CancelledError:

@@ -33,6 +33,10 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
         await asyncio.wait_for(probe.gate(request.query.get("gate", "hold")).wait(), 10)
         return web.Response(text="held")
 
+    async def sleep(request: web.Request) -> web.Response:
+        await asyncio.sleep(float(request.query.get("s", "0.02")))
+        return web.Response(text="slept")
+
     async def fail(request: web.Request) -> web.Response:
         probe.entered.append(request.path)
         raise RuntimeError("the handler failed")
@@ -43,7 +47,11 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
         response = web.StreamResponse()
         await response.prepare(request)
         await response.write(b"data: 1\n\n")
-        await asyncio.wait_for(probe.gate("events").wait(), 10)
+        try:
+            await asyncio.wait_for(probe.gate("events").wait(), 10)
+        except asyncio.CancelledError:
+            probe.entered.append("cancelled")
+            raise
         await response.write(b"data: 2\n\n")
         return response
 
@@ -51,6 +59,15 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
         probe.entered.append(request.path)
         response = web.StreamResponse()
         await response.prepare(request)
+        await response.write(b"part\n")
+        await asyncio.sleep(10)  # the deadline aborts it
+        return response
+
+    async def cloned(request: web.Request) -> web.StreamResponse:
+        # Streams on a clone of the request, as a handler that rewrites its URL may.
+        probe.entered.append(request.path)
+        response = web.StreamResponse()
+        await response.prepare(request.clone(rel_url="/cloned?rewritten=1"))
         await response.write(b"part\n")
         await asyncio.sleep(10)  # the deadline aborts it
         return response
@@ -68,10 +85,12 @@ def make_app(probe: Probe, **options: Any) -> tuple[web.Application, AiohttpMidd
     middleware = setup(app, **options)
     app.router.add_get("/fast", fast)
     app.router.add_get("/hold", hold)
+    app.router.add_get("/sleep", sleep)
     app.router.add_get("/fail", fail)
     app.router.add_get("/events", events)
     app.router.add_get("/stream", stream)
     app.router.add_get("/ws", socket)
+    app.router.add_get("/cloned", cloned)
     return app, middleware
 
 

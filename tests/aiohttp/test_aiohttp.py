@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
 import pytest
@@ -104,6 +105,25 @@ async def test_the_deadline_aborts_a_response_that_started() -> None:
         await wait_until(lambda: limiter.statistics().executing_requests == 0)
 
 
+async def test_the_deadline_aborts_a_response_started_on_a_clone_of_the_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The on_response_prepare hook sees the clone, not the request the middleware holds.
+    limiter = Limiter(level_config(limit=1))
+    app, _ = make_app(Probe(), limiter=limiter, slow_clients=SlowClients(request_timeout=0.3))
+    async with serve(app) as url, aiohttp.ClientSession(url) as client:
+        async with client.get("/cloned") as response:
+            assert response.status == 200
+            assert response.headers["X-APF-Priority-Level"] == "test"
+            with pytest.raises(aiohttp.ClientPayloadError):  # ends unfinished, quietly
+                await asyncio.wait_for(response.read(), 5)
+        await wait_until(lambda: limiter.statistics().executing_requests == 0)
+        async with client.get("/fast") as response:
+            assert response.status == 200
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert errors == []  # no "Error handling request" from aiohttp
+
+
 @pytest.mark.parametrize("handler_cancellation", [False, True], ids=["polled", "cancelled"])
 async def test_a_client_that_leaves_while_queued_frees_its_place(
     handler_cancellation: bool,
@@ -168,6 +188,32 @@ async def test_a_long_running_stream_gives_its_seat_back_as_it_starts() -> None:
         await wait_until(lambda: middleware.gate.open_long_running("everyone") == 0)
 
 
+@pytest.mark.parametrize("handler_cancellation", [False, True], ids=["polled", "cancelled"])
+async def test_a_long_running_stream_whose_client_left_gives_its_cap_place_back(
+    handler_cancellation: bool,
+) -> None:
+    # An idle event stream has neither seats nor a deadline: with handler_cancellation off,
+    # only the middleware's look at the connection ends it once its client is gone.
+    limiter = Limiter(level_config(limit=1))
+    probe = Probe()
+    app, middleware = make_app(probe, limiter=limiter, max_long_running={"*": 1})
+    async with serve(app, handler_cancellation=handler_cancellation) as url:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /events HTTP/1.1\r\nhost: test\r\n\r\n")
+        await asyncio.wait_for(reader.readuntil(b"data: 1\n\n"), 5)
+        assert middleware.gate.open_long_running("everyone") == 1
+        writer.transport.abort()  # the client goes away while the stream idles
+        await wait_until(lambda: middleware.gate.open_long_running("everyone") == 0, 3)
+        assert probe.entered == ["/events", "cancelled"]  # the handler was stopped
+        async with aiohttp.ClientSession(url) as client, client.get("/events") as stream:
+            assert stream.status == 200  # the cap has its place back
+            assert await stream.content.readline() == b"data: 1\n"
+            probe.open("events")
+            assert (await stream.read()).endswith(b"data: 2\n\n")
+    assert limiter.statistics().executing_requests == 0
+
+
 async def test_a_websocket_is_long_running() -> None:
     limiter = Limiter(level_config(limit=1))
     app, _ = make_app(Probe(), limiter=limiter, slow_clients=SlowClients(request_timeout=0.2))
@@ -226,3 +272,37 @@ def test_contradicting_arguments_are_refused() -> None:
         AiohttpMiddleware(disconnect_poll=0)
     with pytest.raises(ValueError, match="invalid header name"):
         AiohttpMiddleware(headers=ResponseHeaders(flow_schema="bad name"))
+
+
+@pytest.mark.parametrize(
+    "upgrade",
+    [
+        {"Upgrade": "websocket", "Connection": "Upgrade"},  # a hostile client's guess
+        {"Upgrade": "h2c", "Connection": "Upgrade, HTTP2-Settings"},  # curl --http2
+    ],
+    ids=["websocket", "h2c"],
+)
+async def test_an_upgrade_header_alone_does_not_make_a_stream_long_running(
+    upgrade: dict[str, str],
+) -> None:
+    # Only a WebSocket accepted is long-running by default: a client's Upgrade header on an
+    # ordinary streamed response must not take its seat back, nor end its deadline, early.
+    limiter = Limiter(level_config(limit=1))
+    app, middleware = make_app(
+        Probe(),
+        limiter=limiter,
+        slow_clients=SlowClients(request_timeout=0.3),
+        max_long_running={"*": 5},
+    )
+    async with (
+        serve(app) as url,
+        aiohttp.ClientSession(url) as client,
+        client.get("/stream", headers=upgrade) as response,
+    ):
+        assert response.status == 200
+        assert await response.content.readline() == b"part\n"
+        assert limiter.statistics().executing_requests == 1  # it holds its seat while streaming
+        with pytest.raises(aiohttp.ClientPayloadError):  # its deadline aborts it
+            await asyncio.wait_for(response.read(), 5)
+    await wait_until(lambda: limiter.statistics().executing_requests == 0)
+    assert middleware.gate.open_long_running("everyone") == 0
