@@ -13,6 +13,7 @@ then gives up its place and holds nothing.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias
@@ -224,7 +225,7 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
             try:
                 responses = behavior(request, context)
                 if hasattr(responses, "__aiter__"):  # an async generator
-                    await _write_all(responses, context, ticket if long_running else None)
+                    await _write_all(responses, context, ticket, long_running)
                 else:  # writes with context.write(): the stream is open as it starts
                     if long_running:
                         ticket.response_started()
@@ -281,21 +282,26 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
 
 
 async def _write_all(
-    responses: AsyncIterator[Any], context: Context, ticket: Ticket | None
+    responses: AsyncIterator[Any], context: Context, ticket: Ticket, long_running: bool
 ) -> None:
     """Write every message of a handler's response stream; close it however the writing ends.
 
     Args:
         responses: The handler's async generator (or async iterator).
         context: The call's context, whose ``write`` sends one message.
-        ticket: The ticket of a long-running call (its response starts with the first
-            message), or ``None``.
+        ticket: The call's ticket.
+        long_running: Its response starts with the first message (its seats go back then).
     """
     write = context.write
+    first = True
     try:
         async for message in responses:
-            if ticket is not None:
-                ticket.response_started()  # idempotent past the first
+            if first:
+                first = False
+                if long_running:
+                    ticket.response_started()
+                if ticket.tracked:  # its deadline may yet cancel a write
+                    await _send_headers(context)
             await write(message)
     finally:
         # A write that failed (cancelled, client gone) leaves the handler suspended at its
@@ -304,6 +310,27 @@ async def _write_all(
         close = getattr(responses, "aclose", None)
         if close is not None:
             await close()
+
+
+async def _send_headers(context: Context) -> None:
+    """Send the initial metadata before the first message, to the end even if cancelled.
+
+    gRPC marks them sent only once the batch that carries them completes: a first write
+    cancelled before that (the request deadline) left them pending yet unmarked, the status
+    that answers the deadline was sent with them again, gRPC refused the batch
+    (``GRPC_CALL_ERROR_TOO_MANY_OPERATIONS``) and the call was never answered. Sent on their
+    own, they need no reader, so this waits for them even when cancelled.
+    """
+    sending = asyncio.ensure_future(context.send_initial_metadata(()))
+    try:
+        await asyncio.shield(sending)
+    except asyncio.CancelledError:
+        await asyncio.wait((sending,))
+        if not sending.cancelled():
+            sending.exception()  # retrieved: the cancellation is what propagates
+        raise
+    except grpc.aio.UsageError:
+        pass  # the handler sent its own before its first message
 
 
 async def refuse(context: Context, rejected: Rejected) -> NoReturn:
