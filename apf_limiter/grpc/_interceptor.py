@@ -13,6 +13,7 @@ then gives up its place and holds nothing.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeAlias
@@ -45,8 +46,10 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
 
     Use it as ``grpc.aio.server(interceptors=[APFInterceptor(config=...)])``. Every kind of
     method is admitted (unary and streaming, requests and responses); handlers are ``async``
-    functions or async generators. A call is a non-resource request with the verb ``post``
-    and the method's full name as its path (``/package.Service/Method``). See ``docs/grpc.md``.
+    functions or async generators (a sync handler, which gRPC would run in its thread pool,
+    is refused: each call to it ends ``UNKNOWN`` with a ``TypeError`` naming it). A call is
+    a non-resource request with the verb ``post`` and the method's full name as its path
+    (``/package.Service/Method``). See ``docs/grpc.md``.
 
     Args:
         limiter: The limiter to admit calls through (shared, e.g. with a metrics endpoint).
@@ -140,6 +143,22 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
     def _wrap(self, handler: Handler, method: str) -> Handler:
+        own = (
+            handler.unary_unary
+            or handler.stream_unary
+            or handler.unary_stream
+            or handler.stream_stream
+        )
+        if not (inspect.iscoroutinefunction(own) or inspect.isasyncgenfunction(own)):
+            # gRPC runs such a handler in its thread pool, with a synchronous context
+            # (_is_async_handler in grpc's aio/server.pyx.pxi). Called from this async wrapper
+            # it ran on the event loop, blocking every call, and its context.abort() was a
+            # coroutine never awaited: an aborted call was answered OK.
+            raise TypeError(
+                f"APFInterceptor admits async handlers only: {method} is served by "
+                f"{own!r}, which gRPC would run in its thread pool; make it an 'async def' "
+                "function or an async generator"
+            )
         marked = self._long_running is not None and bool(self._long_running(method))
         parse, serialize = handler.request_deserializer, handler.response_serializer
         if handler.unary_unary is not None:
@@ -188,20 +207,25 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
 
     def _stream(
         self, behavior: Callable[..., Any], method: str, long_running: bool
-    ) -> Callable[[Any, Context], AsyncIterator[Any]]:
-        """A call with a response stream: its response starts with its first message."""
+    ) -> Callable[[Any, Context], Awaitable[None]]:
+        """A call with a response stream: its response starts with its first message.
+
+        The wrapper writes the handler's messages itself (``context.write``), so that a write
+        waiting on a slow reader is inside its ``try``. Yielded to gRPC, a message was written
+        by gRPC's own loop (``_finish_handler_with_stream_responses``, grpc's
+        ``aio/server.pyx.pxi``): a cancellation there (the request deadline, the client gone)
+        left the wrapper suspended at its ``yield``, the call whose deadline passed was never
+        answered, and the seats came back only when the abandoned generator was finalised.
+        """
         enter, names = self._enter, self._metadata
 
-        async def admitted(request: Any, context: Context) -> AsyncIterator[Any]:
+        async def admitted(request: Any, context: Context) -> None:
             ticket = await enter(context, method, long_running)
             error: BaseException | None = None
             try:
                 responses = behavior(request, context)
                 if hasattr(responses, "__aiter__"):  # an async generator
-                    async for message in responses:
-                        if long_running:
-                            ticket.response_started()  # idempotent past the first
-                        yield message
+                    await _write_all(responses, context, ticket, long_running)
                 else:  # writes with context.write(): the stream is open as it starts
                     if long_running:
                         ticket.response_started()
@@ -213,7 +237,7 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
             if expired:
                 await deadline_passed(context, ticket)
             if error is not None:
-                raise error  # GeneratorExit too: the server closed the stream
+                raise error
             if names:
                 add_names(context, ticket)
 
@@ -255,6 +279,58 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
 
     def __repr__(self) -> str:
         return f"<APFInterceptor {self._limiter!r}>"
+
+
+async def _write_all(
+    responses: AsyncIterator[Any], context: Context, ticket: Ticket, long_running: bool
+) -> None:
+    """Write every message of a handler's response stream; close it however the writing ends.
+
+    Args:
+        responses: The handler's async generator (or async iterator).
+        context: The call's context, whose ``write`` sends one message.
+        ticket: The call's ticket.
+        long_running: Its response starts with the first message (its seats go back then).
+    """
+    write = context.write
+    first = True
+    try:
+        async for message in responses:
+            if first:
+                first = False
+                if long_running:
+                    ticket.response_started()
+                if ticket.tracked:  # its deadline may yet cancel a write
+                    await _send_headers(context)
+            await write(message)
+    finally:
+        # A write that failed (cancelled, client gone) leaves the handler suspended at its
+        # yield: close it here, so that its own cleanup runs in this task, seats still held,
+        # not later in a task of the garbage collector's. A no-op once it is exhausted.
+        close = getattr(responses, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def _send_headers(context: Context) -> None:
+    """Send the initial metadata before the first message, to the end even if cancelled.
+
+    gRPC marks them sent only once the batch that carries them completes: a first write
+    cancelled before that (the request deadline) left them pending yet unmarked, the status
+    that answers the deadline was sent with them again, gRPC refused the batch
+    (``GRPC_CALL_ERROR_TOO_MANY_OPERATIONS``) and the call was never answered. Sent on their
+    own, they need no reader, so this waits for them even when cancelled.
+    """
+    sending = asyncio.ensure_future(context.send_initial_metadata(()))
+    try:
+        await asyncio.shield(sending)
+    except asyncio.CancelledError:
+        await asyncio.wait((sending,))
+        if not sending.cancelled():
+            sending.exception()  # retrieved: the cancellation is what propagates
+        raise
+    except grpc.aio.UsageError:
+        pass  # the handler sent its own before its first message
 
 
 async def refuse(context: Context, rejected: Rejected) -> NoReturn:

@@ -89,20 +89,21 @@ class Work:
         async for request in requests:
             yield request
 
-    def handler(self) -> grpc.GenericRpcHandler:
+    def methods(self) -> dict[str, Handler]:
+        """The methods of ``/test.Work/`` by name (a subclass adds its own)."""
         unary = grpc.unary_unary_rpc_method_handler
-        return grpc.method_handlers_generic_handler(
-            "test.Work",
-            {
-                "Sleep": unary(self.sleep),
-                "Hold": unary(self.hold),
-                "Fail": unary(self.fail),
-                "Ticks": grpc.unary_stream_rpc_method_handler(self.ticks),
-                "Writes": grpc.unary_stream_rpc_method_handler(self.writes),
-                "Sum": grpc.stream_unary_rpc_method_handler(self.sum),
-                "Echo": grpc.stream_stream_rpc_method_handler(self.echo),
-            },
-        )
+        return {
+            "Sleep": unary(self.sleep),
+            "Hold": unary(self.hold),
+            "Fail": unary(self.fail),
+            "Ticks": grpc.unary_stream_rpc_method_handler(self.ticks),
+            "Writes": grpc.unary_stream_rpc_method_handler(self.writes),
+            "Sum": grpc.stream_unary_rpc_method_handler(self.sum),
+            "Echo": grpc.stream_stream_rpc_method_handler(self.echo),
+        }
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler("test.Work", self.methods())
 
 
 @asynccontextmanager
