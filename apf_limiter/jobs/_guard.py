@@ -11,7 +11,6 @@ from typing import Any, ParamSpec, TypeVar
 
 from apf_limiter._digest import RequestDigest
 from apf_limiter.jobs._job import Job, digest_of
-from apf_limiter.jobs._loops import claim_loop
 from apf_limiter.jobs._retry import admit_with_retry, check_retry_for
 from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
@@ -41,7 +40,6 @@ class _Guard(AbstractAsyncContextManager[Admission]):
         if self._admission is not None:
             raise RuntimeError("a guard is entered once; call guard() again for another job")
         if self._retry_for is None:
-            claim_loop(self._limiter)
             admission = self._limiter.admit(self._digest, wait_limit=self._wait_limit)
             self._admission = admission
             return await admission.__aenter__()

@@ -17,7 +17,6 @@ from apf_limiter._clock import Clock
 from apf_limiter._digest import RequestDigest
 from apf_limiter._errors import Rejected
 from apf_limiter.jobs._job import Job, digest_of
-from apf_limiter.jobs._loops import claim_loop
 from apf_limiter.limiter import Admission, Limiter, check_wait_limit
 
 #: The longest pause between two tries by default: Kubernetes' largest ``Retry-After``.
@@ -84,7 +83,6 @@ async def admit_with_retry(
     if wait_limit is not None:
         check_wait_limit(wait_limit)
     digest = digest_of(job)
-    claim_loop(limiter)
     longest = limiter.config.request_wait_limit if wait_limit is None else wait_limit
     pick = _random.random if random is None else random
     clock = limiter.clock

@@ -8,6 +8,7 @@ shadow twin through the core's :class:`~apf_limiter.limiter._shadow.Twins`.
 
 from __future__ import annotations
 
+from asyncio import _get_running_loop
 from collections.abc import Awaitable, Generator
 from enum import Enum
 from types import TracebackType
@@ -170,11 +171,15 @@ class Admission:
 
         Raises:
             Rejected: With reason ``queue-full`` or ``concurrency-limit``.
-            RuntimeError: If the admission was already started.
+            RuntimeError: If the admission was already started, or the limiter serves an
+                event loop running in another thread (``Core.claim_loop``).
         """
         if self._phase is not _NEW:
             raise RuntimeError("an Admission can be started (entered) only once")
         core = self._core
+        loop = _get_running_loop()
+        if loop is not core.loop and loop is not None:  # one identity check, as a rule
+            core.claim_loop(loop)
         # Should classification raise, nothing started: the admission stays new.
         self._request = request = core.arrive(self._digest)
         state = request.state

@@ -12,6 +12,7 @@ request path runs when ``now`` passes its ``next_check``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -75,6 +76,8 @@ class Core:
         adaptive: The adaptive limit's updates (a job; its adapter ``None`` when off).
         adapter: The adaptive limit, or ``None`` when off.
         twins: The shadow twins, and how many outlive their requests.
+        loop: The asyncio event loop requests last arrived in (``None``: none yet, or only
+            outside one); see :meth:`claim_loop`.
     """
 
     def __init__(
@@ -118,7 +121,34 @@ class Core:
         # Bound once: every waiting request's wait-limit timer holds it, and binding it per
         # timer would cost each waiting request another 64 bytes.
         self._wait_limit_callback = self._on_wait_limit
+        self.loop: object | None = None
         self.reporter.applied_config(self.config)
+
+    def claim_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve requests from ``loop`` from now on, unless the loop served runs in another thread.
+
+        A limiter belongs to one event loop at a time: its waiters are that loop's futures,
+        and its engine has no lock. A request from a second thread's loop while the first
+        still runs would queue unnoticed (woken from the wrong thread, its loop sleeps on
+        until its wait limit, the seats idle) while both threads change the queues. A loop
+        that stopped (``asyncio.run`` after ``asyncio.run``, a test's loop) hands over.
+
+        Raises:
+            RuntimeError: If the loop served is still running (in another thread: a thread
+                runs one loop at a time). Nothing is admitted.
+        """
+        owner = self.loop
+        if (
+            isinstance(owner, asyncio.AbstractEventLoop)
+            and owner.is_running()
+            and not owner.is_closed()
+        ):
+            raise RuntimeError(
+                "this Limiter is in use by an event loop running in another thread: a "
+                "Limiter serves one event loop at a time. Admit the request in that loop "
+                "(asyncio.run_coroutine_threadsafe) or give each thread its own Limiter"
+            )
+        self.loop = loop
 
     def reconfigure(self, config: ConfigSource, ready: Classifier | None = None) -> None:
         """Apply a new configuration atomically; queued and executing requests survive.
