@@ -39,6 +39,10 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 _INF: Final = float("inf")
 _MAX_METHODS: Final = 4096  # wrapped handlers kept: a catch-all generic handler serves any name
+# Longer method names are wrapped for each call, not kept: a real one ("/package.Service/Method")
+# is far shorter, and a client sending distinct long names to a catch-all handler would
+# otherwise fill the cache with them (4,096 names of 6 KB: about 30 MB).
+_MAX_KEPT_NAME: Final = 256
 
 
 class APFInterceptor(grpc.aio.ServerInterceptor):
@@ -137,9 +141,10 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         if known is not None and known[0] is handler:
             return known[1]
         wrapped = self._wrap(handler, method)
-        if len(self._handlers) >= _MAX_METHODS:
-            self._handlers.clear()
-        self._handlers[method] = (handler, wrapped)
+        if len(method) <= _MAX_KEPT_NAME:
+            if len(self._handlers) >= _MAX_METHODS:
+                self._handlers.clear()
+            self._handlers[method] = (handler, wrapped)
         return wrapped
 
     def _wrap(self, handler: Handler, method: str) -> Handler:

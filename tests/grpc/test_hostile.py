@@ -363,3 +363,33 @@ async def test_hostile_metadata_as_the_distinguisher_is_bounded_and_counted() ->
         await _quiet(interceptor)
     schema = interceptor.limiter.statistics().flow_schemas["callers"]
     assert schema.matched == schema.dispatched == len(sent) + 200
+
+
+async def test_long_method_names_of_a_catch_all_handler_are_not_kept() -> None:
+    # A catch-all generic handler serves any method name a client sends: distinct 6 KB names
+    # filled the interceptor's cache of wrapped handlers (4,096 of them: about 30 MB).
+    async def echo(request: bytes, context: Context) -> bytes:
+        return request
+
+    handler: Any = grpc.unary_unary_rpc_method_handler(echo)
+
+    async def continuation(details: grpc.HandlerCallDetails) -> Any:
+        return handler
+
+    class Details:
+        def __init__(self, method: str) -> None:
+            self.method = method
+            self.invocation_metadata = ()
+
+    interceptor = APFInterceptor(config=one_level(1))
+
+    async def wrap(method: str) -> Any:
+        details: Any = Details(method)
+        return await interceptor.intercept_service(continuation, details)
+
+    for index in range(200):
+        wrapped = await wrap(f"/catch.All/{index:04d}" + "x" * 6000)
+        assert wrapped is not None and wrapped.unary_unary is not None
+    assert len(interceptor._handlers) == 0
+    short, again = await wrap("/test.Work/Echo"), await wrap("/test.Work/Echo")
+    assert short is again and len(interceptor._handlers) == 1  # real names are kept
