@@ -399,6 +399,32 @@ def test_the_worked_example_finds_the_flood_and_the_fix_ends_it(
     assert rejected == 0 and served > 5000
 
 
+def test_the_page_shows_the_messages_the_commands_print(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # docs/simulate.md quotes a scenario problem and a combined log line: they must stay true.
+    page = (Path(__file__).resolve().parents[2] / "docs" / "simulate.md").read_text()
+    config, traffic = _files(
+        tmp_path,
+        {
+            "flows": [
+                {"rate": 1, "service": 0.1, "perRequest": 1},
+                {"rate": 1, "service": {"distribution": "exponential", "mean": -1}},
+            ]
+        },
+    )
+    status, _, err = _run(capsys, "simulate", config, traffic)
+    assert status == 1
+    for problem in err.splitlines()[:2]:
+        assert f"`{problem.removeprefix(traffic + ': ')}`" in page, problem
+    line = page.split("as in\n  `", 1)[1].split("`", 1)[0]
+    status, out, err = _run(
+        capsys, "replay", config, _log(tmp_path, [line]), "--format", "combined", "--json"
+    )
+    assert status == 0 and "1 requests read, 0 unreadable" in err
+    assert json.loads(out)["heaviest_flows"][0]["distinguisher"] == "alice"
+
+
 def test_replay_stops_at_its_request_cap_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
