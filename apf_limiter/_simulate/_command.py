@@ -70,7 +70,10 @@ def _load(name: str, err: TextIO) -> Any:
         return load_source(None if name == BUILT_IN else name)
     except ConfigError as error:
         for problem in error.problems:
-            print(f"{name}: {problem}", file=err)
+            # A problem of the file itself (unreadable, too large) is already named after it,
+            # as `apf-limiter validate` prints it: say the name once.
+            line = problem.message if problem.path in ("", name) else str(problem)
+            print(f"{name}: {line}", file=err)
         print(f"{name}: invalid configuration, nothing simulated", file=err)
         return None
 

@@ -78,6 +78,13 @@ def parse_fields(options: list[str], form: str) -> dict[str, str]:
             raise ValueError(
                 f"--field {option!r}: expected ROLE=NAME with ROLE one of {', '.join(FIELDS)}"
             )
+        # A combined line has these fields and no others: another name would read nothing, and
+        # a user or client read from nothing would quietly make every request anonymous.
+        if form == "combined" and name not in _COMBINED.groupindex:
+            raise ValueError(
+                f"--field {option!r}: a combined log line has no field {name!r}; its fields "
+                f"are {', '.join(_COMBINED.groupindex)}"
+            )
         mapping[role] = name
     return mapping
 

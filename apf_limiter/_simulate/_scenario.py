@@ -27,7 +27,11 @@ DISTRIBUTIONS: Final = ("constant", "exponential", "lognormal", "uniform")
 
 
 class ScenarioError(ValueError):
-    """A scenario failed to load; ``problems`` lists every ``path: message``."""
+    """A scenario failed to load.
+
+    ``problems`` lists every ``path: message`` of its fields, or the one problem of the file
+    itself (unreadable, too large, not YAML or JSON) without the file's name: the caller names it.
+    """
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = tuple(problems)
@@ -106,26 +110,26 @@ def load_scenario(path: str | Path) -> Scenario:
         with path.open("rb") as file:
             raw = file.read(MAX_SCENARIO_BYTES + 1)
     except OSError as error:
-        raise ScenarioError([f"{path}: cannot read: {error.strerror or error}"]) from None
+        raise ScenarioError([f"cannot read: {error.strerror or error}"]) from None
     if len(raw) > MAX_SCENARIO_BYTES:
-        raise ScenarioError([f"{path}: larger than {MAX_SCENARIO_BYTES} bytes"])
+        raise ScenarioError([f"larger than {MAX_SCENARIO_BYTES} bytes"])
     text = raw.decode("utf-8", errors="replace")
     if path.suffix == ".json":
         try:
             document = json.loads(text)
         except ValueError as error:
-            raise ScenarioError([f"{path}: not JSON: {error}"]) from None
+            raise ScenarioError([f"not JSON: {error}"]) from None
     else:
         try:
             import yaml
         except ImportError:
             raise ScenarioError(
-                [f"{path}: reading YAML needs PyYAML (pip install 'apf_limiter[yaml]')"]
+                ["reading YAML needs PyYAML (pip install 'apf_limiter[yaml]')"]
             ) from None
         try:
             document = yaml.safe_load(text)
         except yaml.YAMLError as error:
-            raise ScenarioError([f"{path}: not YAML: {error}"]) from None
+            raise ScenarioError([f"not YAML: {error}"]) from None
     return parse_scenario(document, name=path.name)
 
 

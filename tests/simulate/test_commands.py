@@ -191,6 +191,22 @@ def test_an_invalid_configuration_is_reported(
     assert status == 1 and "invalid configuration, nothing simulated" in err
 
 
+def test_a_missing_file_is_named_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, traffic = _files(tmp_path)
+    missing = str(tmp_path / "missing.yaml")
+    status, _, err = _run(capsys, "simulate", config, missing)
+    assert status == 1
+    assert err.splitlines()[0] == f"{missing}: cannot read: No such file or directory"
+    status, _, err = _run(capsys, "simulate", missing, traffic)
+    assert status == 1
+    assert err.startswith(f"{missing}: cannot read the file: No such file or directory")
+    assert f"{missing}: {missing}" not in err
+    huge = tmp_path / "huge.json"
+    huge.write_text(" " * (2 << 20))
+    status, _, err = _run(capsys, "simulate", config, str(huge))
+    assert status == 1 and err.splitlines()[0] == f"{huge}: larger than {1 << 20} bytes"
+
+
 def test_closed_loop_clients_send_one_request_at_a_time() -> None:
     scenario = parse_scenario(
         {
@@ -317,6 +333,25 @@ def test_replay_reads_the_combined_log_format_with_a_request_time(
     assert json.loads(out)["flows"]["log"]["served"] == 60
 
 
+def test_replay_refuses_a_field_that_a_combined_line_does_not_have(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, _ = _files(tmp_path)
+    line = '10.0.0.7 bob alice [10/Oct/2026:13:55:36 +0000] "GET /a HTTP/1.1" 200 5 "-" "c" 0.1'
+    log = _log(tmp_path, [line])
+    # A misspelt field read nothing: every request would quietly have been anonymous.
+    status, out, err = _run(
+        capsys, "replay", config, log, "--format", "combined", "--field", "user=usr"
+    )
+    assert status == 2 and out == ""
+    assert "a combined log line has no field 'usr'; its fields are host, ident, user" in err
+    status, out, err = _run(
+        capsys, "replay", config, log, "--format", "combined", "--field", "user=ident", "--json"
+    )
+    assert status == 0, err
+    assert [flow["distinguisher"] for flow in json.loads(out)["heaviest_flows"]] == ["bob"]
+
+
 def test_replay_bounds_each_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config, _ = _files(tmp_path)
     good = json.dumps({"start": 0, "duration": 0.1, "user": "a", "method": "GET", "path": "/"})
@@ -362,6 +397,32 @@ def test_the_worked_example_finds_the_flood_and_the_fix_ends_it(
     assert rejected > 0.05 * (served + rejected)
     served, rejected = beta(after)
     assert rejected == 0 and served > 5000
+
+
+def test_the_page_shows_the_messages_the_commands_print(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # docs/simulate.md quotes a scenario problem and a combined log line: they must stay true.
+    page = (Path(__file__).resolve().parents[2] / "docs" / "simulate.md").read_text()
+    config, traffic = _files(
+        tmp_path,
+        {
+            "flows": [
+                {"rate": 1, "service": 0.1, "perRequest": 1},
+                {"rate": 1, "service": {"distribution": "exponential", "mean": -1}},
+            ]
+        },
+    )
+    status, _, err = _run(capsys, "simulate", config, traffic)
+    assert status == 1
+    for problem in err.splitlines()[:2]:
+        assert f"`{problem.removeprefix(traffic + ': ')}`" in page, problem
+    line = page.split("as in\n  `", 1)[1].split("`", 1)[0]
+    status, out, err = _run(
+        capsys, "replay", config, _log(tmp_path, [line]), "--format", "combined", "--json"
+    )
+    assert status == 0 and "1 requests read, 0 unreadable" in err
+    assert json.loads(out)["heaviest_flows"][0]["distinguisher"] == "alice"
 
 
 def test_replay_stops_at_its_request_cap_and_says_so(
