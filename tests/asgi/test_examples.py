@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import re
 import subprocess
@@ -13,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from apf_limiter import Limiter
+from apf_limiter.jobs import Job
 from tests.asgi.apps import limiter_of
 from tests.asgi.server import serve
 
@@ -104,6 +107,36 @@ def test_worker_pool_example_keeps_interactive_jobs_flowing(
         assert done > 0 and rejected == 0
     # The batch backlog (40 jobs a second) gets its share too, and is retried, not dropped.
     assert (int(rows["etl"][2]), int(rows["etl"][3])) == (20, 0)
+
+
+async def test_worker_pool_example_counts_a_batch_jobs_retry_pauses_in_its_wait() -> None:
+    # The table's batch waits are from submission to start, as the interactive ones are: the
+    # last try's admission.queue_wait alone showed 0 for a job rejected and retried later.
+    example = _load("worker_pool")
+    limiter = Limiter(
+        {
+            "serverConcurrencyLimit": 1,
+            "priorityLevels": [
+                {"name": "one", "limited": {"nominalConcurrencyShares": 1, "lendablePercent": 0,
+                 "limitResponse": {"type": "Reject"}}},
+            ],
+            "flowSchemas": [
+                {"name": "all", "priorityLevelConfiguration": {"name": "one"},
+                 "jobs": {"kinds": ["*"]}},
+            ],
+        }
+    )  # fmt: skip
+    tally = example.Tally()
+    loop = asyncio.get_running_loop()
+    async with limiter.admit(Job("other").digest):  # the only seat: the export is rejected
+        started = loop.time()
+        job = asyncio.create_task(example.export(limiter, "etl", tally))
+        await asyncio.sleep(0.05)
+    await job
+    assert tally.done == 1 and len(tally.waits) == 1
+    pause = loop.time() - started - 0.1  # the job itself slept 0.1 s
+    assert tally.waits[0] >= 0.5 and tally.waits[0] == pytest.approx(pause, abs=0.1)
+    limiter.close()
 
 
 async def test_metrics_apart_example_guards_metrics_and_serves_them_on_loopback(
