@@ -189,23 +189,16 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
         async def admitted(request: Any, context: Context) -> Any:
             ticket = await enter(context, method, long_running)
             error: BaseException | None = None
+            response = None
             try:
                 if long_running:
                     ticket.response_started()
                 response = behavior(request, context)
                 if inspect.isawaitable(response):
                     response = await response
-            except BaseException as exc:
+            except BaseException as exc:  # every way the call ends ends the ticket
                 error = exc
-            finally:
-                # Every way the call ends (errors, cancellation, aborts) ends the ticket.
-                expired = ticket.end(error)
-            if expired:
-                await deadline_passed(context, ticket)
-            if error is not None:
-                raise error
-            if names:
-                add_names(context, ticket)
+            await _ended(context, ticket, error, names)
             return response
 
         return admitted
@@ -237,14 +230,7 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
                     await responses
             except BaseException as exc:
                 error = exc
-            finally:
-                expired = ticket.end(error)
-            if expired:
-                await deadline_passed(context, ticket)
-            if error is not None:
-                raise error
-            if names:
-                add_names(context, ticket)
+            await _ended(context, ticket, error, names)
 
         return admitted
 
@@ -284,6 +270,22 @@ class APFInterceptor(grpc.aio.ServerInterceptor):
 
     def __repr__(self) -> str:
         return f"<APFInterceptor {self._limiter!r}>"
+
+
+async def _ended(
+    context: Context, ticket: Ticket, error: BaseException | None, names: bool
+) -> None:
+    """End a call's ticket as its handler ended (errors, cancellation and aborts included).
+
+    Answers ``DEADLINE_EXCEEDED`` when the request deadline cut the handler short, re-raises
+    the handler's error otherwise, and adds the ``names`` metadata to a call that succeeded.
+    """
+    if ticket.end(error):  # expired: the cancellation it caused ends here
+        await deadline_passed(context, ticket)
+    if error is not None:
+        raise error
+    if names:
+        add_names(context, ticket)
 
 
 async def _write_all(
